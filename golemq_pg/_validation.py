@@ -1,0 +1,149 @@
+"""Input validation done before any SQL: payloads, names, durations, timestamps.
+
+Errors name the job type and the failure category; they never echo the payload.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from golemq_pg._types import Duration, Scope
+from golemq_pg.errors import QueuePayloadError
+
+MAX_NAME_LENGTH = 255
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_DEPTH = 200
+#: Durations beyond this (about 100 years) are rejected as a mistake, and keep intervals in range.
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SCALARS = (str, int, float, type(None))
+
+
+def check_schema(schema: object) -> str:
+    """Validate a schema name as a plain lower-case identifier."""
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+        raise ValueError(
+            "schema must match ^[a-z_][a-z0-9_]{0,62}$ (a plain lower-case identifier)"
+        )
+    return schema
+
+
+def check_name(value: object, what: str) -> str:
+    """A job type, dedupe key, scope part or schedule key: a non-empty string of <= 255 chars."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    if not value or not value.strip():
+        raise ValueError(f"{what} must be a non-empty string")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(f"{what} must be at most {MAX_NAME_LENGTH} characters")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    return value
+
+
+def check_scope(scope: object) -> Scope | None:
+    """Normalise a 2-tuple or :class:`Scope` into a Scope, validating both parts."""
+    if scope is None:
+        return None
+    if not isinstance(scope, tuple) or len(scope) != 2:
+        raise ValueError("scope must be a Scope(type, id) or a (type, id) tuple")
+    return Scope(check_name(scope[0], "scope type"), check_name(scope[1], "scope id"))
+
+
+def check_positive_int(value: object, what: str) -> int:
+    """A strictly positive int (bools are rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive integer")
+    return value
+
+
+def check_int(value: object, what: str) -> int:
+    """Any int in the PostgreSQL integer range (bools are rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer")
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"{what} is out of range")
+    return value
+
+
+def to_seconds(value: object, what: str, *, allow_zero: bool = True) -> float:
+    """Convert a duration (seconds or timedelta) to finite float seconds, validated."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of seconds or a timedelta")
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be finite")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError(f"{what} must be {'>= 0' if allow_zero else '> 0'}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{what} is too large")
+    return seconds
+
+
+def check_aware(value: object, what: str) -> datetime:
+    """A timezone-aware datetime."""
+    if not isinstance(value, datetime):
+        raise ValueError(f"{what} must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be timezone-aware")
+    return value
+
+
+def encode_payload(job_type: str, payload: object) -> bytes:
+    """Validate ``payload`` as a JSON-safe mapping and return its JSON encoding."""
+    if not isinstance(payload, Mapping):
+        raise QueuePayloadError(job_type, "payload must be a mapping")
+    _check_value(job_type, payload, 0, set())
+    try:
+        encoded = orjson.dumps(payload if isinstance(payload, dict) else dict(payload))
+    except (TypeError, orjson.JSONEncodeError):  # defensive: the walk accepts only JSON
+        # Chain nothing: an encoder message could quote part of the payload.
+        raise QueuePayloadError(job_type, "not JSON-serialisable") from None
+    if len(encoded) > MAX_PAYLOAD_BYTES:
+        raise QueuePayloadError(job_type, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+    return encoded
+
+
+def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None:
+    if isinstance(value, _SCALARS) and type(value) in (str, int, float, bool, type(None)):
+        if type(value) is float and not math.isfinite(value):
+            raise QueuePayloadError(job_type, "non-finite float (NaN or infinity)")
+        if type(value) is int and not -(2**63) <= value < 2**64:
+            raise QueuePayloadError(job_type, "integer out of the 64-bit range")
+        return
+    if depth > MAX_DEPTH:
+        raise QueuePayloadError(job_type, "nested too deeply")
+    if isinstance(value, Mapping):
+        if id(value) in stack:
+            raise QueuePayloadError(job_type, "circular reference")
+        stack.add(id(value))
+        for key, item in value.items():
+            if type(key) is not str:
+                raise QueuePayloadError(job_type, "mapping key that is not a string")
+            _check_value(job_type, item, depth + 1, stack)
+        stack.discard(id(value))
+        return
+    if type(value) in (list, tuple):
+        if id(value) in stack:
+            raise QueuePayloadError(job_type, "circular reference")
+        stack.add(id(value))
+        for item in value:
+            _check_value(job_type, item, depth + 1, stack)
+        stack.discard(id(value))
+        return
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise QueuePayloadError(job_type, "bytes are not JSON-safe")
+    if isinstance(value, set | frozenset):
+        raise QueuePayloadError(job_type, "sets are not JSON-safe")
+    if callable(value):
+        raise QueuePayloadError(job_type, "functions are not JSON-safe")
+    raise QueuePayloadError(job_type, f"values of type {type(value).__name__} are not JSON-safe")

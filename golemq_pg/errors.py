@@ -1,0 +1,42 @@
+"""Exceptions raised by handlers and by the queue on bad input."""
+
+from __future__ import annotations
+
+
+class QueuePayloadError(ValueError):
+    """A payload cannot be stored: names the job type and the failure category, never the payload."""
+
+    def __init__(self, job_type: str, category: str) -> None:
+        self.job_type = job_type
+        self.category = category
+        super().__init__(f"invalid payload for job type {job_type!r}: {category}")
+
+
+class QueueConfigError(ValueError):
+    """A Worker, handler or resource is configured with a value out of range or inconsistent."""
+
+
+class TerminalJobError(Exception):
+    """Raised by a handler: the job fails now, without further attempts."""
+
+
+class RetryableJobError(Exception):
+    """Raised by a handler: retry the job.
+
+    ``retry_after`` (seconds) is a floor on the backoff; ``consumes_attempt=False`` retries
+    without spending an attempt.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        retry_after: float | None = None,
+        consumes_attempt: bool = True,
+    ) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.consumes_attempt = consumes_attempt
+
+
+class JobAborted(Exception):  # noqa: N818 - reads as an outcome, like TimeoutError
+    """Raised by ``CancelSignal.raise_if_cancelled`` inside a handler whose job was aborted."""

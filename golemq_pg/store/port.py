@@ -1,0 +1,324 @@
+"""The storage port: the domain verbs the Queue and the Worker use, and their parameters.
+
+Only the stores implement these. ``PostgresStore`` is the only code that issues SQL;
+``InMemoryStore`` implements the same verbs with the same semantics (guards included) for
+tests. Every lease write (complete, retry, fail, release, renew, progress) is fenced on
+``(id, lease_owner, lease_token, status = 'running')`` and returns what it actually changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from golemq_pg._types import JobStatus, JobSummary, Resource, Scope, ScheduleSummary
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueParams:
+    """One job to insert. ``payload`` is already validated and JSON-encoded."""
+
+    type: str
+    payload: bytes
+    scope: Scope | None = None
+    dedupe_key: str | None = None
+    on_duplicate: Literal["reject", "replace"] = "reject"
+    run_at: datetime | None = None  # absolute due time; None => now() + delay
+    delay: float = 0.0  # seconds from the database clock's now()
+    max_attempts: int = 3
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueManyParams:
+    """Many jobs of one type; payloads already validated and encoded."""
+
+    type: str
+    payloads: Sequence[bytes]
+    scope: Scope | None = None
+    run_at: datetime | None = None
+    delay: float = 0.0
+    max_attempts: int = 3
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What ``job_enqueue`` did: the id, and whether a row was inserted or replaced."""
+
+    id: str | None
+    inserted: bool
+    replaced: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSlots:
+    """One handler type as the claim sees it: free slots, lease and guards."""
+
+    type: str
+    limit: int  # most jobs (or groups, for grouped types) to claim now
+    lease_seconds: float
+    serialize_by_scope: bool = False
+    not_while_running: tuple[str, ...] = ()
+    waits_for: tuple[str, ...] = ()
+    grouped: bool = False
+    max_batch: int | None = None
+
+    @property
+    def guarded(self) -> bool:
+        """Whether claiming this type needs the serialised (advisory-locked) path."""
+        return bool(
+            self.serialize_by_scope or self.not_while_running or self.waits_for or self.grouped
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """Claim up to ``sum(limit)`` due jobs across ``types`` for ``owner``."""
+
+    owner: str
+    types: Sequence[TypeSlots]
+    resources: Mapping[str, Resource] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job leased to a worker. ``lease_token`` fences every later write."""
+
+    id: str
+    type: str
+    payload: dict[str, Any]
+    scope: Scope | None
+    attempt: int
+    max_attempts: int
+    priority: int
+    lease_token: int
+    enqueued_at: datetime
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRef:
+    """Identifies one held lease: the job id and the fencing token of the claim."""
+
+    id: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class RetryItem:
+    """Put a running job back to PENDING after ``delay`` seconds (database clock)."""
+
+    id: str
+    token: int
+    delay: float
+    error: str | None
+    consume_attempt: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FailItem:
+    """Dead-letter a running job (FAILED) with its last error."""
+
+    id: str
+    token: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """A job whose lease expired and that the reaper recovered."""
+
+    id: str
+    type: str
+    scope: Scope | None
+    attempts: int
+    outcome: Literal["reclaimed", "failed-terminal"]
+    lease_owner: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelFilter:
+    """Which jobs to cancel. Exactly one selector family is used."""
+
+    job_ids: Sequence[str] = ()
+    scope: Scope | None = None
+    type: str | None = None
+    dedupe_keys: Sequence[str] = ()
+    pending_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledJob:
+    """A deleted job; ``lease_owner`` is set when it was running (to be aborted)."""
+
+    id: str
+    type: str
+    scope: Scope | None
+    was_running: bool
+    lease_owner: str | None
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindParams:
+    """Filters for ``job_find`` and ``job_retry_failed``."""
+
+    types: Sequence[str] | None = None
+    statuses: Sequence[JobStatus] | None = None
+    scope_type: str | None = None
+    scope_id: str | None = None
+    limit: int | None = 100
+    skip: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleParams:
+    """A recurring schedule to create or update (keyed)."""
+
+    key: str
+    type: str
+    payload: bytes
+    cron: str | None
+    every_seconds: float | None
+    timezone: str
+    repeat_from: Literal["finished", "run_at"]
+    first_run_at: datetime | None  # None => now (interval) ; cron passes the next tick
+    scope: Scope | None = None
+    priority: int = 0
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A schedule whose tick is due, handed to the scheduler to compute the next tick."""
+
+    key: str
+    type: str
+    cron: str | None
+    every_seconds: float | None
+    timezone: str
+    repeat_from: str
+    next_run_at: datetime
+
+
+#: Given a due schedule and the database's now(), the next run time (None: wait for finish).
+NextTick = Callable[[DueSchedule, datetime], datetime | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A wake-up hint: ``kind`` is "jobs" (payload: type names) or "cancel" (job ids)."""
+
+    kind: Literal["jobs", "cancel", "reconnected"]
+    items: tuple[str, ...]
+
+
+class Listener(Protocol):
+    """A source of wake-up hints for one worker."""
+
+    def wait(self, timeout: float) -> list[Notification]:
+        """Block up to ``timeout`` seconds; return what arrived (maybe nothing)."""
+
+    def close(self) -> None:
+        """Stop listening and release the connection."""
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """The storage port. See the module docstring for the fencing rule."""
+
+    # -- producer -------------------------------------------------------------------------
+    def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
+        """Insert one job, applying the dedupe rule; with ``connection``, inside it."""
+
+    def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
+        """Insert many jobs of one type (COPY on PostgreSQL); returns the count."""
+
+    # -- consumer -------------------------------------------------------------------------
+    def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Lease up to the requested number of due jobs, honouring every guard."""
+
+    def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
+        """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
+
+    def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
+        """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
+
+    def job_fail_many(self, owner: str, items: Sequence[FailItem]) -> set[str]:
+        """RUNNING -> FAILED (dead letter)."""
+
+    def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
+        """RUNNING -> PENDING, due now, attempt refunded (claimed but never started)."""
+
+    def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
+        """Extend the given held leases to now() + seconds; returns the ids renewed."""
+
+    def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
+        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
+
+    def lease_held(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
+        """Which of these leases this owner still holds (the reconcile pass)."""
+
+    def job_progress(self, owner: str, item: LeaseRef, progress: float | dict[str, Any]) -> bool:
+        """Persist progress for a held lease."""
+
+    # -- inspection and administration -----------------------------------------------------
+    def job_get(self, job_id: str) -> JobSummary | None:
+        """One job, or None."""
+
+    def job_find(self, params: FindParams) -> list[JobSummary]:
+        """Jobs matching the filters, newest first."""
+
+    def job_count_by_status(self) -> dict[JobStatus, int]:
+        """Counts of every status (0 when none)."""
+
+    def job_stats(self) -> dict[str, int]:
+        """pending (due now), scheduled (future), running, succeeded, failed."""
+
+    def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
+        """Delete matching jobs; announce running ones to their workers."""
+
+    def job_retry_failed(self, params: FindParams) -> int:
+        """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all."""
+
+    def job_prune(
+        self, statuses: Sequence[JobStatus], *, before: datetime | None, age: float | None,
+        limit: int | None = None,
+    ) -> int:
+        """Delete finished rows older than the cut-off (``before`` or ``age`` seconds)."""
+
+    # -- schedules --------------------------------------------------------------------------
+    def schedule_upsert(self, params: ScheduleParams) -> None:
+        """Create or update a schedule by key."""
+
+    def schedule_delete(self, key: str) -> bool:
+        """Remove a schedule; True when it existed."""
+
+    def schedule_list(self) -> list[ScheduleSummary]:
+        """Every schedule, by key."""
+
+    def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
+        """Enqueue one job per due schedule and advance it; returns the new job ids."""
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def now(self) -> datetime:
+        """The store's clock (the database's now() on PostgreSQL)."""
+
+    def open_listener(self) -> Listener | None:
+        """A wake-up source for a worker, or None when the store has none."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """Split ``items`` into slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+TransactionalClaim = AbstractContextManager[tuple[ClaimedJob, Any] | None]

@@ -1,0 +1,1 @@
+"""SQL files shipped with golemq-pg: migrations/ and named queries/."""
