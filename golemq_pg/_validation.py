@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from golemq_pg._types import Duration, Scope
+from golemq_pg._types import Scope
 from golemq_pg.errors import QueuePayloadError
 
 MAX_NAME_LENGTH = 255

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 
 class QueuePayloadError(ValueError):
-    """A payload cannot be stored: names the job type and the failure category, never the payload."""
+    """A payload cannot be stored.
+
+    The message names the job type and the failure category, never the payload.
+    """
 
     def __init__(self, job_type: str, category: str) -> None:
         self.job_type = job_type

@@ -1,0 +1,499 @@
+"""The producer and administration API: ``Queue``.
+
+Every argument is validated before any SQL is issued; bad input raises ``ValueError`` (or
+``QueuePayloadError`` for payloads) and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar, overload
+
+import structlog
+
+from golemq_pg import _local
+from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
+from golemq_pg._types import (
+    Duration,
+    JobStatus,
+    JobSummary,
+    JobType,
+    LifecycleObserver,
+    ScheduleSummary,
+    Scope,
+    ScopeLike,
+    Transition,
+    type_name,
+)
+from golemq_pg._validation import (
+    check_aware,
+    check_int,
+    check_name,
+    check_positive_int,
+    check_scope,
+    encode_payload,
+    to_seconds,
+)
+from golemq_pg.store.port import (
+    CancelFilter,
+    CancelledJob,
+    EnqueueManyParams,
+    EnqueueParams,
+    FindParams,
+    JobStore,
+    ScheduleParams,
+)
+
+log = structlog.get_logger("golemq_pg.queue")
+
+P = TypeVar("P", bound=Mapping[str, Any])
+_STATUSES = tuple(JobStatus)
+
+
+class Queue:
+    """Enqueue, schedule, cancel and inspect jobs through a :class:`JobStore`."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        default_max_attempts: int = 3,
+        observers: Sequence[LifecycleObserver] = (),
+    ) -> None:
+        self.store = store
+        self.default_max_attempts = check_positive_int(
+            default_max_attempts, "default_max_attempts"
+        )
+        for observer in observers:
+            if not callable(getattr(observer, "on_transition", None)):
+                raise ValueError("observers must have an on_transition(transition) method")
+        self.observers = tuple(observers)
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    @overload
+    def add(
+        self,
+        job_type: JobType[P],
+        payload: P,
+        *,
+        scope: ScopeLike | None = ...,
+        dedupe_key: str | None = ...,
+        on_duplicate: Literal["reject", "replace"] = ...,
+        run_at: datetime | None = ...,
+        delay: Duration | None = ...,
+        max_attempts: int | None = ...,
+        priority: int = ...,
+        connection: Any = ...,
+    ) -> str | None: ...
+
+    @overload
+    def add(
+        self,
+        job_type: str,
+        payload: Mapping[str, Any],
+        *,
+        scope: ScopeLike | None = ...,
+        dedupe_key: str | None = ...,
+        on_duplicate: Literal["reject", "replace"] = ...,
+        run_at: datetime | None = ...,
+        delay: Duration | None = ...,
+        max_attempts: int | None = ...,
+        priority: int = ...,
+        connection: Any = ...,
+    ) -> str | None: ...
+
+    def add(
+        self,
+        job_type: str | JobType[Any],
+        payload: Mapping[str, Any],
+        *,
+        scope: ScopeLike | None = None,
+        dedupe_key: str | None = None,
+        on_duplicate: Literal["reject", "replace"] = "reject",
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        max_attempts: int | None = None,
+        priority: int = 0,
+        connection: Any = None,
+    ) -> str | None:
+        """Enqueue one job; returns its id, or None when rejected as a duplicate.
+
+        With ``connection`` (a psycopg connection) the row is written inside the caller's
+        transaction and becomes visible when the caller commits.
+        """
+        name = self._type(job_type)
+        scope_v = check_scope(scope)
+        if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+            raise ValueError(f"job type {name!r} is grouped: add() needs a scope")
+        if dedupe_key is not None:
+            check_name(dedupe_key, "dedupe_key")
+        if on_duplicate not in ("reject", "replace"):
+            raise ValueError("on_duplicate must be 'reject' or 'replace'")
+        run_at_v, delay_s = _when(run_at, delay)
+        attempts = self._max_attempts(max_attempts)
+        prio = check_int(priority, "priority")
+        encoded = encode_payload(name, payload)
+        result = self.store.job_enqueue(
+            EnqueueParams(
+                type=name,
+                payload=encoded,
+                scope=scope_v,
+                dedupe_key=dedupe_key,
+                on_duplicate=on_duplicate,
+                run_at=run_at_v,
+                delay=delay_s,
+                max_attempts=attempts,
+                priority=prio,
+            ),
+            connection=connection,
+        )
+        if result.id is not None and result.inserted and self.observers:
+            self._notify(Transition(result.id, name, scope_v, "enqueued", 0))
+        return result.id
+
+    @overload
+    def add_many(
+        self,
+        job_type: JobType[P],
+        payloads: Iterable[P],
+        *,
+        scope: ScopeLike | None = ...,
+        max_attempts: int | None = ...,
+        priority: int = ...,
+        run_at: datetime | None = ...,
+        delay: Duration | None = ...,
+        connection: Any = ...,
+    ) -> int: ...
+
+    @overload
+    def add_many(
+        self,
+        job_type: str,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        scope: ScopeLike | None = ...,
+        max_attempts: int | None = ...,
+        priority: int = ...,
+        run_at: datetime | None = ...,
+        delay: Duration | None = ...,
+        connection: Any = ...,
+    ) -> int: ...
+
+    def add_many(
+        self,
+        job_type: str | JobType[Any],
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        scope: ScopeLike | None = None,
+        max_attempts: int | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        delay: Duration | None = None,
+        connection: Any = None,
+    ) -> int:
+        """Enqueue many jobs of one type in one round trip (COPY); returns how many.
+
+        Every payload is validated first: one bad payload rejects the whole call.
+        """
+        name = self._type(job_type)
+        scope_v = check_scope(scope)
+        if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+            raise ValueError(f"job type {name!r} is grouped: add_many() needs a scope")
+        if isinstance(payloads, Mapping | str | bytes):
+            raise ValueError("payloads must be an iterable of mappings, not a single value")
+        run_at_v, delay_s = _when(run_at, delay)
+        attempts = self._max_attempts(max_attempts)
+        prio = check_int(priority, "priority")
+        encoded = [encode_payload(name, p) for p in payloads]
+        if not encoded:
+            return 0
+        return self.store.job_enqueue_many(
+            EnqueueManyParams(
+                type=name,
+                payloads=encoded,
+                scope=scope_v,
+                run_at=run_at_v,
+                delay=delay_s,
+                max_attempts=attempts,
+                priority=prio,
+            ),
+            connection=connection,
+        )
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        key: str,
+        job_type: str | JobType[Any],
+        payload: Mapping[str, Any],
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        timezone: str = "UTC",
+        repeat_from: Literal["finished", "run_at"] = "finished",
+        start_at: datetime | None = None,
+        scope: ScopeLike | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> None:
+        """Declare (or update) a recurring schedule; idempotent across processes by ``key``."""
+        check_name(key, "schedule key")
+        name = self._type(job_type)
+        scope_v = check_scope(scope)
+        if (cron is None) == (every is None):
+            raise ValueError("give exactly one of cron= or every=")
+        if repeat_from not in ("finished", "run_at"):
+            raise ValueError("repeat_from must be 'finished' or 'run_at'")
+        check_timezone(timezone)
+        start: datetime | None = None
+        if start_at is not None:
+            start = check_aware(start_at, "start_at")
+        every_s = to_seconds(every, "every", allow_zero=False) if every is not None else None
+        prio = check_int(priority, "priority")
+        attempts = self._max_attempts(max_attempts)
+        encoded = encode_payload(name, payload)
+        now = self.store.now()
+        first: datetime | None = start
+        if cron is not None:
+            check_cron(cron, timezone, now)
+            first = next_cron_tick(cron, timezone, start or now)
+        self.store.schedule_upsert(
+            ScheduleParams(
+                key=key,
+                type=name,
+                payload=encoded,
+                cron=cron,
+                every_seconds=every_s,
+                timezone=timezone,
+                repeat_from=repeat_from,
+                first_run_at=first,
+                scope=scope_v,
+                priority=prio,
+                max_attempts=attempts,
+            )
+        )
+
+    def unschedule(self, key: str) -> bool:
+        """Remove a schedule; True when it existed. Jobs it already enqueued stay."""
+        return self.store.schedule_delete(check_name(key, "schedule key"))
+
+    def schedules(self) -> list[ScheduleSummary]:
+        """Every declared schedule."""
+        return self.store.schedule_list()
+
+    # -- cancellation ------------------------------------------------------------------------
+
+    def cancel_for_scope(self, scope: ScopeLike, *, reason: str | None = None) -> int:
+        """Drop queued jobs of ``scope`` and abort its running ones; returns how many."""
+        scope_v = _required_scope(scope)
+        return self._cancel(CancelFilter(scope=scope_v), reason)
+
+    def cancel_pending_for_scope(self, scope: ScopeLike, *, reason: str | None = None) -> int:
+        """Drop queued jobs of ``scope``, leaving running work alone; returns how many."""
+        scope_v = _required_scope(scope)
+        return self._cancel(CancelFilter(scope=scope_v, pending_only=True), reason)
+
+    def cancel_by_dedupe_keys(
+        self, job_type: str | JobType[Any], keys: Iterable[str], *, reason: str | None = None
+    ) -> int:
+        """Cancel live jobs of ``job_type`` with any of ``keys``; returns how many."""
+        name = self._type(job_type)
+        if isinstance(keys, str):
+            raise ValueError("keys must be an iterable of dedupe keys, not a single string")
+        key_list = [check_name(k, "dedupe_key") for k in keys]
+        if not key_list:
+            return 0
+        return self._cancel(CancelFilter(type=name, dedupe_keys=key_list), reason)
+
+    def cancel(self, job_id: str, *, reason: str | None = None) -> bool:
+        """Cancel one pending or running job; True when it was live."""
+        return self._cancel(CancelFilter(job_ids=[_job_id(job_id)]), reason) > 0
+
+    def _cancel(self, selector: CancelFilter, reason: str | None) -> int:
+        if reason is not None and not isinstance(reason, str):
+            raise ValueError("reason must be a string")
+        reason = (reason or "cancelled")[:500]
+        cancelled = self.store.job_cancel(selector, reason)
+        running = [c.id for c in cancelled if c.was_running]
+        if running:
+            _local.abort(self.store, running, reason)
+        if self.observers:
+            for job in cancelled:
+                self._notify(_cancel_transition(job, reason))
+        return len(cancelled)
+
+    # -- inspection and administration -------------------------------------------------------
+
+    def get(self, job_id: str) -> JobSummary | None:
+        """One job by id, or None."""
+        return self.store.job_get(_job_id(job_id))
+
+    def find_for_scope(self, scope: ScopeLike) -> list[JobSummary]:
+        """Every job of ``scope`` (newest first)."""
+        scope_v = _required_scope(scope)
+        return self.store.job_find(
+            FindParams(scope_type=scope_v.type, scope_id=scope_v.id, limit=None)
+        )
+
+    def find(
+        self,
+        *,
+        types: Sequence[str | JobType[Any]] | None = None,
+        statuses: Sequence[JobStatus | str] | None = None,
+        scope_type: str | None = None,
+        scope_id: str | None = None,
+        limit: int = 100,
+        skip: int = 0,
+    ) -> list[JobSummary]:
+        """Jobs matching every given filter, newest first."""
+        params = _find_params(types, statuses, scope_type, scope_id, limit, skip, need_limit=True)
+        return self.store.job_find(params)
+
+    def count_by_status(self) -> dict[JobStatus, int]:
+        """How many jobs are in each status (every status present)."""
+        return self.store.job_count_by_status()
+
+    def stats(self) -> dict[str, int]:
+        """pending (due now), scheduled (future), running, succeeded, failed."""
+        return self.store.job_stats()
+
+    def retry_failed(
+        self,
+        *,
+        types: Sequence[str | JobType[Any]] | None = None,
+        scope_type: str | None = None,
+        scope_id: str | None = None,
+        limit: int | None = None,
+        skip: int | None = None,
+    ) -> int:
+        """Move dead letters back to PENDING (attempts reset); no limit => every match."""
+        params = _find_params(
+            types, [JobStatus.FAILED], scope_type, scope_id, limit, skip or 0, need_limit=False
+        )
+        return self.store.job_retry_failed(params)
+
+    def prune(
+        self,
+        *,
+        older_than: datetime | Duration,
+        statuses: Sequence[JobStatus | str] = (JobStatus.SUCCEEDED, JobStatus.FAILED),
+    ) -> int:
+        """Delete finished jobs older than a cut-off (aware datetime) or an age (duration)."""
+        chosen = _statuses(statuses)
+        if not chosen:
+            raise ValueError("statuses must name at least one status")
+        live = {JobStatus.PENDING, JobStatus.RUNNING} & set(chosen)
+        if live:
+            raise ValueError("prune only deletes finished jobs (succeeded, failed); use cancel")
+        if isinstance(older_than, datetime):
+            return self.store.job_prune(chosen, before=check_aware(older_than, "older_than"),
+                                        age=None)
+        age = to_seconds(older_than, "older_than")
+        return self.store.job_prune(chosen, before=None, age=age)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _type(self, job_type: object) -> str:
+        if isinstance(job_type, JobType):
+            return check_name(job_type.name, "job type")
+        return check_name(job_type, "job type")
+
+    def _max_attempts(self, value: int | None) -> int:
+        if value is None:
+            return self.default_max_attempts
+        return check_positive_int(value, "max_attempts")
+
+    def _notify(self, transition: Transition) -> None:
+        for observer in self.observers:
+            try:
+                observer.on_transition(transition)
+            except Exception:
+                log.exception(
+                    "observer_failed", job_id=transition.job_id, type=transition.type,
+                    outcome=transition.outcome,
+                )
+
+
+def _when(run_at: datetime | None, delay: Duration | None) -> tuple[datetime | None, float]:
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    if run_at is not None:
+        return check_aware(run_at, "run_at"), 0.0
+    if delay is not None:
+        return None, to_seconds(delay, "delay")
+    return None, 0.0
+
+
+def _required_scope(scope: ScopeLike | None) -> Scope:
+    scope_v = check_scope(scope)
+    if scope_v is None:
+        raise ValueError("a scope is required")
+    return scope_v
+
+
+def _job_id(job_id: object) -> str:
+    if isinstance(job_id, bool) or not isinstance(job_id, str | int):
+        raise ValueError("job_id must be a string")
+    text = str(job_id)
+    if not text.isdigit() or len(text) > 19:
+        raise ValueError("job_id must be a job id as returned by add()")
+    return text
+
+
+def _statuses(statuses: Sequence[JobStatus | str] | None) -> list[JobStatus]:
+    if statuses is None:
+        return []
+    if isinstance(statuses, str):
+        statuses = [statuses]
+    out: list[JobStatus] = []
+    for status in statuses:
+        try:
+            out.append(JobStatus(status))
+        except ValueError as exc:
+            raise ValueError(f"unknown job status {status!r}") from exc
+    return out
+
+
+def _find_params(
+    types: Sequence[str | JobType[Any]] | None,
+    statuses: Sequence[JobStatus | str] | None,
+    scope_type: str | None,
+    scope_id: str | None,
+    limit: int | None,
+    skip: int,
+    *,
+    need_limit: bool,
+) -> FindParams:
+    if isinstance(types, str | JobType):
+        types = [types]
+    type_names = None
+    if types is not None:
+        type_names = [check_name(type_name(t), "job type") for t in types]
+    if scope_type is not None:
+        check_name(scope_type, "scope_type")
+    if scope_id is not None:
+        check_name(scope_id, "scope_id")
+    if limit is None and need_limit:
+        raise ValueError("limit must be a positive integer")
+    if limit is not None:
+        check_positive_int(limit, "limit")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError("skip must be an integer >= 0")
+    return FindParams(
+        types=type_names,
+        statuses=_statuses(statuses) if statuses is not None else None,
+        scope_type=scope_type,
+        scope_id=scope_id,
+        limit=limit,
+        skip=skip,
+    )
+
+
+def _cancel_transition(job: CancelledJob, reason: str) -> Transition:
+    return Transition(job.id, job.type, job.scope, "cancelled", job.attempts, error=reason)
+
+
+__all__ = ["Queue"]

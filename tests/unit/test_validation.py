@@ -1,0 +1,184 @@
+"""Validation before any SQL: payloads, names, durations, timestamps, schema names."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from golemq_pg import QueuePayloadError
+from golemq_pg._validation import (
+    MAX_PAYLOAD_BYTES,
+    check_aware,
+    check_name,
+    check_positive_int,
+    check_schema,
+    check_scope,
+    encode_payload,
+    to_seconds,
+)
+
+CANARY = "canary-secret-7f3a9"
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(st.text(max_size=10), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(st.dictionaries(st.text(max_size=20), json_values, max_size=8))
+def test_json_safe_payloads_round_trip(payload: dict[str, object]) -> None:
+    assert orjson.loads(encode_payload("t", payload)) == payload
+
+
+@given(
+    st.sampled_from(
+        [b"bytes", {1, 2}, float("nan"), float("inf"), -math.inf, object(), print, 2**70]
+    )
+)
+def test_unsafe_values_are_rejected_anywhere(bad: object) -> None:
+    for payload in ({"v": bad}, {"a": [1, {"b": bad}]}):
+        with pytest.raises(QueuePayloadError) as info:
+            encode_payload("email.send", {"secret": CANARY, **payload})
+        assert "email.send" in str(info.value)
+        assert CANARY not in str(info.value)
+        assert info.value.__cause__ is None or CANARY not in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("payload", "category"),
+    [
+        ({1: "x"}, "not a string"),
+        ({"a": {"b": b"x"}}, "bytes"),
+        ({"s": {1}}, "sets"),
+        ({"f": float("nan")}, "non-finite"),
+        ({"f": lambda: 1}, "functions"),
+        ({"d": datetime.now(UTC)}, "datetime"),
+        ([("a", 1)], "mapping"),
+        ("text", "mapping"),
+    ],
+)
+def test_payload_errors_name_type_and_category(payload: object, category: str) -> None:
+    with pytest.raises(QueuePayloadError) as info:
+        encode_payload("article.extract", payload)
+    message = str(info.value)
+    assert "article.extract" in message
+    assert category in message
+
+
+def test_circular_payload_is_rejected() -> None:
+    payload: dict[str, object] = {"secret": CANARY}
+    payload["self"] = payload
+    with pytest.raises(QueuePayloadError, match="circular"):
+        encode_payload("t", payload)
+    items: list[object] = []
+    items.append(items)
+    with pytest.raises(QueuePayloadError, match="circular"):
+        encode_payload("t", {"l": items})
+
+
+def test_repeated_but_not_circular_values_are_fine() -> None:
+    shared = {"x": 1}
+    assert orjson.loads(encode_payload("t", {"a": shared, "b": shared, "c": [shared, shared]})) == {
+        "a": {"x": 1},
+        "b": {"x": 1},
+        "c": [{"x": 1}, {"x": 1}],
+    }
+
+
+def test_payload_size_limit() -> None:
+    ok = {"blob": "x" * (MAX_PAYLOAD_BYTES - 20)}
+    assert len(encode_payload("t", ok)) <= MAX_PAYLOAD_BYTES
+    with pytest.raises(QueuePayloadError, match="larger than"):
+        encode_payload("t", {"blob": "x" * MAX_PAYLOAD_BYTES, "secret": CANARY})
+
+
+def test_deep_nesting_is_rejected_cleanly() -> None:
+    payload: dict[str, object] = {}
+    node = payload
+    for _ in range(500):
+        child: dict[str, object] = {}
+        node["n"] = child
+        node = child
+    with pytest.raises(QueuePayloadError, match="deeply"):
+        encode_payload("t", payload)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "   ", "x" * 256, None, 5, b"bytes", "nul\x00byte"],
+)
+def test_bad_names(name: object) -> None:
+    with pytest.raises(ValueError, match="job type"):
+        check_name(name, "job type")
+
+
+@pytest.mark.parametrize("name", ["a", "x" * 255, "quote'\";--", "ünïcødé ✓", "a.b:c/d"])
+def test_hostile_but_valid_names_are_accepted(name: str) -> None:
+    assert check_name(name, "job type") == name
+
+
+@pytest.mark.parametrize(
+    "schema",
+    ["Golemq", "1abc", "a-b", "a;drop", 'a"b', "x" * 64, "", "ü", None],
+)
+def test_bad_schema_names(schema: object) -> None:
+    with pytest.raises(ValueError, match="schema"):
+        check_schema(schema)
+
+
+def test_good_schema_names() -> None:
+    for schema in ("golemq", "_x", "a" * 63, "q_1"):
+        assert check_schema(schema) == schema
+
+
+def test_scope_normalisation() -> None:
+    assert check_scope(("Article", "a1")) == ("Article", "a1")
+    assert check_scope(None) is None
+    for bad in [("a",), ("a", "b", "c"), ("", "x"), ("x", ""), "ab", ["a", "b"], ("a", 1)]:
+        with pytest.raises(ValueError, match="scope"):
+            check_scope(bad)
+
+
+@pytest.mark.parametrize(
+    "value", [-1, float("nan"), float("inf"), -math.inf, "5", True, 10**12, timedelta(days=-1)]
+)
+def test_bad_durations(value: object) -> None:
+    with pytest.raises(ValueError, match="delay"):
+        to_seconds(value, "delay")
+
+
+def test_durations() -> None:
+    assert to_seconds(0, "delay") == 0.0
+    assert to_seconds(timedelta(minutes=2), "delay") == 120.0
+    assert to_seconds(1.5, "delay") == 1.5
+    with pytest.raises(ValueError, match="> 0"):
+        to_seconds(0, "every", allow_zero=False)
+
+
+def test_aware_datetimes_only() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        check_aware(datetime(2026, 1, 1), "run_at")  # noqa: DTZ001 - the point of the test
+    with pytest.raises(ValueError, match="datetime"):
+        check_aware("2026-01-01", "run_at")
+    now = datetime.now(UTC)
+    assert check_aware(now, "run_at") is now
+
+
+@pytest.mark.parametrize("value", [0, -3, 1.5, True, "3", None])
+def test_positive_ints(value: object) -> None:
+    with pytest.raises(ValueError, match="max_attempts"):
+        check_positive_int(value, "max_attempts")
