@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from golemq_pg._types import JobStatus, JobSummary, Resource, Scope, ScheduleSummary
+from golemq_pg._types import JobStatus, JobSummary, Resource, ScheduleSummary, Scope
 
 
 @dataclass(frozen=True, slots=True)
