@@ -8,7 +8,7 @@ tests. Every lease write (complete, retry, fail, release, renew, progress) is fe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -98,6 +98,41 @@ class ClaimedJob:
     lease_token: int
     enqueued_at: datetime
     lease_expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBlock:
+    """Why a guarded type that had due work got nothing in a claim.
+
+    ``kind`` is "type" (a ``not_while_running`` / ``waits_for`` type holds a live lease or
+    due work; ``name`` is that type), "scope" (every due job's scope or group already has a
+    live lease), "pool concurrency" or "pool rate" (``name`` is the resource pool).
+    """
+
+    kind: Literal["type", "scope", "pool concurrency", "pool rate"]
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.name is None else f"{self.kind} {self.name}"
+
+
+class ClaimBatch(list[ClaimedJob]):
+    """Optional richer result of ``job_claim``: the claimed jobs (it *is* the list) plus
+    ``blocked``, type name -> :class:`ClaimBlock`, for guarded types that had due work but
+    got nothing. Stores may return a plain list; read it with :func:`claim_blocked`."""
+
+    __slots__ = ("blocked",)
+
+    def __init__(
+        self, jobs: Iterable[ClaimedJob] = (), blocked: Mapping[str, ClaimBlock] | None = None
+    ) -> None:
+        super().__init__(jobs)
+        self.blocked: dict[str, ClaimBlock] = dict(blocked or {})
+
+
+def claim_blocked(claimed: Sequence[ClaimedJob]) -> Mapping[str, ClaimBlock]:
+    """The ``blocked`` map of a ``job_claim`` result ({} when the store reports none)."""
+    return claimed.blocked if isinstance(claimed, ClaimBatch) else {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,152 @@
+"""The LISTEN side of the wake-up hints: one dedicated connection per worker.
+
+The connection lives outside the pool (it holds session state: its LISTENs) and in
+autocommit mode. Losing it is never fatal: ``wait`` logs the error (never a payload),
+reconnects with a capped exponential backoff, LISTENs again and reports a ``reconnected``
+notification so the worker re-polls for whatever it missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import orjson
+import psycopg
+import structlog
+from psycopg import sql
+
+from golemq_pg.store.port import Notification
+
+log = structlog.get_logger("golemq_pg.store.listener")
+
+Kind = Literal["jobs", "cancel"]
+
+MIN_BACKOFF = 0.1
+MAX_BACKOFF = 5.0
+
+
+def parse_notification(kind: Kind, payload: str) -> Notification:
+    """Turn a NOTIFY payload into a :class:`Notification`.
+
+    ``jobs`` payloads are a JSON array of type names; an empty or unreadable payload means
+    "any type" (empty tuple). ``cancel`` payloads are a JSON array of job ids.
+    """
+    try:
+        decoded = orjson.loads(payload) if payload else []
+    except orjson.JSONDecodeError:
+        decoded = []
+    if not isinstance(decoded, list):
+        decoded = []
+    items = tuple(str(item) for item in decoded if isinstance(item, str | int))
+    return Notification(kind=kind, items=items)
+
+
+class PgListener:
+    """LISTENs on the queue's ``jobs`` and ``cancel`` channels; see the module docstring."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        channels: Mapping[str, Kind],
+        *,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        min_backoff: float = MIN_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+    ) -> None:
+        self._conninfo = conninfo
+        self._channels = dict(channels)
+        self._kwargs = {k: v for k, v in (connect_kwargs or {}).items() if k != "autocommit"}
+        self._min_backoff = min_backoff
+        self._max_backoff = max_backoff
+        self._backoff = min_backoff
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closed = threading.Event()
+        # Held while a thread waits on the connection; close() leaves the connection to it.
+        self._busy = threading.Lock()
+        self._connect_once()
+
+    @property
+    def connection(self) -> psycopg.Connection[Any] | None:
+        """The current LISTEN connection (None while disconnected); for tests and diagnostics."""
+        return self._conn
+
+    def _connect_once(self) -> bool:
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
+        except psycopg.Error as exc:
+            log.warning("listener connect failed", error=type(exc).__name__)
+            return False
+        try:
+            for channel in self._channels:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except psycopg.Error as exc:
+            log.warning("listener LISTEN failed", error=type(exc).__name__)
+            conn.close()
+            return False
+        self._conn = conn
+        self._backoff = self._min_backoff
+        return True
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):  # closing a broken connection
+                conn.close()
+
+    def _reconnect(self, deadline: float) -> bool:
+        """Try to reconnect until ``deadline``, backing off between attempts."""
+        while not self._closed.is_set():
+            if self._connect_once():
+                log.info("listener reconnected")
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            pause = min(self._backoff, remaining)
+            self._backoff = min(self._backoff * 2, self._max_backoff)
+            if self._closed.wait(pause):
+                return False
+        return False
+
+    def wait(self, timeout: float) -> list[Notification]:
+        """Block up to ``timeout`` seconds for hints; never raises for connection errors."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._busy:
+            if self._closed.is_set():
+                return []
+            if self._conn is None:
+                if self._reconnect(deadline):
+                    return [Notification(kind="reconnected", items=())]
+                return []
+            conn = self._conn
+            found: list[Notification] = []
+            try:
+                for item in conn.notifies(timeout=max(timeout, 0.0), stop_after=1):
+                    kind = self._channels.get(item.channel)
+                    if kind is not None:
+                        found.append(parse_notification(kind, item.payload))
+            except psycopg.Error as exc:
+                if self._closed.is_set():
+                    return found
+                log.warning("listener connection lost", error=type(exc).__name__)
+                self._drop()
+                if self._reconnect(deadline):
+                    found.append(Notification(kind="reconnected", items=()))
+            finally:
+                if self._closed.is_set():
+                    self._drop()
+            return found
+
+    def close(self) -> None:
+        """Stop listening and close the connection (idempotent)."""
+        self._closed.set()
+        # A waiting thread returns within its timeout and closes the connection itself.
+        if self._busy.acquire(blocking=False):
+            try:
+                self._drop()
+            finally:
+                self._busy.release()

@@ -1,0 +1,282 @@
+"""Row types of the in-memory store: a job, a schedule, a rate budget, a listener.
+
+Private to :mod:`golemq_pg.store.memory`. The fields mirror the columns of
+``sql/migrations/0001_initial.sql`` so the two stores can be compared column by column.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary, Scope
+from golemq_pg.store.port import CancelFilter, FindParams, Notification
+
+Progress = float | dict[str, Any]
+
+
+def copy_progress(progress: Progress | None) -> Progress | None:
+    """A detached copy of a progress value, round-tripped through JSON as jsonb would do."""
+    if progress is None:
+        return None
+    value = orjson.loads(orjson.dumps(progress))
+    if isinstance(value, dict):
+        return value
+    return float(value)
+
+
+@dataclass(slots=True)
+class JobRow:
+    """One job, as the ``jobs`` table stores it (the id is an int; the port shows a str)."""
+
+    id: int
+    type: str
+    payload: bytes
+    scope: Scope | None
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    dedupe_key: str | None
+    created_at: datetime
+    updated_at: datetime
+    last_error: str | None = None
+    lease_owner: str | None = None
+    lease_token: int = 0
+    lease_expires_at: datetime | None = None
+    schedule_key: str | None = None
+    progress: Progress | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def is_live(self, now: datetime) -> bool:
+        """Running under a lease that has not expired: the only kind of row a guard sees."""
+        return (
+            self.status is JobStatus.RUNNING
+            and self.lease_expires_at is not None
+            and self.lease_expires_at > now
+        )
+
+    def is_due(self, now: datetime) -> bool:
+        """Pending and due by ``now``."""
+        return self.status is JobStatus.PENDING and self.run_at <= now
+
+    def holds(self, owner: str, token: int) -> bool:
+        """The fencing predicate every lease write uses."""
+        return (
+            self.status is JobStatus.RUNNING
+            and self.lease_owner == owner
+            and self.lease_token == token
+        )
+
+    def summary(self) -> JobSummary:
+        """A detached, read-only snapshot."""
+        return JobSummary(
+            id=str(self.id),
+            type=self.type,
+            scope=self.scope,
+            status=self.status,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            last_error=self.last_error,
+            priority=self.priority,
+            progress=copy_progress(self.progress),
+            run_at=self.run_at,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+        )
+
+
+@dataclass(slots=True)
+class ScheduleRow:
+    """One recurring schedule, as the ``schedules`` table stores it."""
+
+    key: str
+    type: str
+    payload: bytes
+    scope: Scope | None
+    priority: int
+    max_attempts: int
+    cron: str | None
+    every_seconds: float | None
+    timezone: str
+    repeat_from: str
+    next_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    last_run_at: datetime | None = None
+    last_job_id: int | None = None
+
+    def summary(self) -> ScheduleSummary:
+        """A read-only snapshot."""
+        return ScheduleSummary(
+            key=self.key,
+            type=self.type,
+            cron=self.cron,
+            every=None if self.every_seconds is None else timedelta(seconds=self.every_seconds),
+            timezone=self.timezone,
+            repeat_from=self.repeat_from,
+            next_run_at=self.next_run_at,
+            last_run_at=self.last_run_at,
+        )
+
+
+@dataclass(slots=True)
+class RateBudget:
+    """A resource pool's fixed-window rate counter; like the table row it outlives jobs."""
+
+    window_start: datetime
+    spent: int = 0
+
+
+class MemoryListener:
+    """An in-process wake-up source: every notification the store publishes, in order.
+
+    It waits on the store's condition variable, so a ``wait`` returns as soon as an enqueue
+    or a cancel is published, and every open listener receives every notification.
+    """
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self._condition = condition
+        self._inbox: list[Notification] = []
+        self._closed = False
+
+    def deliver(self, notification: Notification) -> None:
+        """Queue a notification (called with the store's lock held)."""
+        if not self._closed:
+            self._inbox.append(notification)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def wait(self, timeout: float) -> list[Notification]:
+        """Block up to ``timeout`` seconds for notifications; return (and forget) them."""
+        with self._condition:
+            if not self._inbox and not self._closed:
+                self._condition.wait_for(lambda: bool(self._inbox) or self._closed, timeout)
+            arrived, self._inbox = self._inbox, []
+            return arrived
+
+    def close(self) -> None:
+        """Stop receiving; a blocked ``wait`` returns at once."""
+        with self._condition:
+            self._closed = True
+            self._inbox.clear()
+            self._condition.notify_all()
+
+
+class JobTable:
+    """The jobs "table" with the indexes the verbs need, kept consistent in one place.
+
+    ``pending`` and ``running`` mirror the partial indexes of the schema; ``pending_keys``
+    mirrors the unique index ``jobs_dedupe_pending_uq`` (one PENDING row per type and key).
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[int, JobRow] = {}
+        self.pending: dict[int, JobRow] = {}
+        self.running: dict[int, JobRow] = {}
+        self.pending_keys: dict[tuple[str, str], JobRow] = {}
+        self._last_id = 0
+
+    def next_id(self) -> int:
+        """The next identity value (ids only grow, like ``GENERATED ... AS IDENTITY``)."""
+        self._last_id += 1
+        return self._last_id
+
+    def get(self, job_id: str) -> JobRow | None:
+        """The row with this port-level (string) id, or None for an unknown or malformed id."""
+        try:
+            return self.rows.get(int(job_id))
+        except (TypeError, ValueError):
+            return None
+
+    def insert(self, row: JobRow) -> None:
+        """Add a new row (the caller has already checked the dedupe rule)."""
+        self.rows[row.id] = row
+        self._index(row)
+
+    def set_status(self, row: JobRow, status: JobStatus) -> None:
+        """Move a row to ``status``, keeping every index in step."""
+        self._unindex(row)
+        row.status = status
+        self._index(row)
+
+    def delete(self, row: JobRow) -> None:
+        """Remove a row."""
+        self._unindex(row)
+        del self.rows[row.id]
+
+    def pending_with_key(self, job_type: str, key: str) -> JobRow | None:
+        """The PENDING row holding ``(type, dedupe_key)``, if any."""
+        return self.pending_keys.get((job_type, key))
+
+    def running_with_key(self, job_type: str, key: str) -> bool:
+        """Whether a RUNNING row (live lease or not) holds ``(type, dedupe_key)``."""
+        return any(r.type == job_type and r.dedupe_key == key for r in self.running.values())
+
+    def _index(self, row: JobRow) -> None:
+        if row.status is JobStatus.PENDING:
+            self.pending[row.id] = row
+            if row.dedupe_key is not None:
+                self.pending_keys[(row.type, row.dedupe_key)] = row
+        elif row.status is JobStatus.RUNNING:
+            self.running[row.id] = row
+
+    def _unindex(self, row: JobRow) -> None:
+        if row.status is JobStatus.PENDING:
+            self.pending.pop(row.id, None)
+            if row.dedupe_key is not None:
+                self.pending_keys.pop((row.type, row.dedupe_key), None)
+        elif row.status is JobStatus.RUNNING:
+            self.running.pop(row.id, None)
+
+
+def matching(rows: Iterable[JobRow], params: FindParams) -> list[JobRow]:
+    """The rows that pass ``params``' type, status and scope filters (no paging)."""
+    types = None if params.types is None else set(params.types)
+    statuses = None if params.statuses is None else {JobStatus(s) for s in params.statuses}
+    return [
+        row
+        for row in rows
+        if (types is None or row.type in types)
+        and (statuses is None or row.status in statuses)
+        and (
+            params.scope_type is None
+            or (row.scope is not None and row.scope.type == params.scope_type)
+        )
+        and (params.scope_id is None or (row.scope is not None and row.scope.id == params.scope_id))
+    ]
+
+
+def page(rows: list[JobRow], params: FindParams) -> list[JobRow]:
+    """``params.skip`` then ``params.limit`` (None: no limit) applied to ordered rows."""
+    start = max(params.skip or 0, 0)
+    if params.limit is None:
+        return rows[start:]
+    return rows[start : start + max(params.limit, 0)]
+
+
+def cancel_selects(row: JobRow, selector: CancelFilter) -> bool:
+    """Whether ``selector`` picks this row. Only live work (pending, running) is cancelled."""
+    if row.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+        return False
+    if selector.pending_only and row.status is not JobStatus.PENDING:
+        return False
+    if selector.job_ids:
+        return True  # the caller looked the ids up
+    if selector.scope is not None:
+        return row.scope == selector.scope
+    if selector.type is not None and selector.dedupe_keys:
+        return row.type == selector.type and row.dedupe_key in selector.dedupe_keys
+    return False

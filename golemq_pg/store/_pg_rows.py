@@ -1,0 +1,201 @@
+"""Conversions between PostgresStore's rows/parameters and the port's value types."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from psycopg.types.json import Jsonb
+
+from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary, Scope
+from golemq_pg.store.port import CancelledJob, ClaimedJob, Reclaimed
+
+#: NOTIFY payloads must stay under 8000 bytes; keep a margin.
+NOTIFY_LIMIT = 7900
+
+
+def _passthrough(value: Any) -> bytes:
+    return bytes(value)
+
+
+def jsonb(encoded: bytes) -> Jsonb:
+    """Send already-encoded JSON as a jsonb parameter without decoding it again."""
+    return Jsonb(encoded, dumps=_passthrough)
+
+
+def scope_of(scope_type: str | None, scope_id: str | None) -> Scope | None:
+    """A Scope from its two columns (both NULL: unscoped)."""
+    if scope_type is None or scope_id is None:
+        return None
+    return Scope(scope_type, scope_id)
+
+
+def int_ids(ids: Iterable[str]) -> list[int]:
+    """Job ids as bigints; ids that cannot be ours (not integers) are dropped."""
+    out: list[int] = []
+    for value in ids:
+        number = int_id(value)
+        if number is not None:
+            out.append(number)
+    return out
+
+
+def int_id(value: str) -> int | None:
+    """One job id as a bigint, or None when it cannot be one of ours."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def decode_json(text: str | None) -> Any:
+    """A jsonb column read as text."""
+    return None if text is None else orjson.loads(text)
+
+
+def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
+    """A ClaimedJob from the columns of ``fragment_claimed_columns`` starting at ``offset``."""
+    (
+        job_id,
+        job_type,
+        payload,
+        scope_type,
+        scope_id,
+        attempts,
+        max_attempts,
+        priority,
+        token,
+        created_at,
+        lease_expires_at,
+    ) = row[offset : offset + 11]
+    return ClaimedJob(
+        id=str(job_id),
+        type=job_type,
+        payload=orjson.loads(payload),
+        scope=scope_of(scope_type, scope_id),
+        attempt=attempts,
+        max_attempts=max_attempts,
+        priority=priority,
+        lease_token=token,
+        enqueued_at=created_at,
+        lease_expires_at=lease_expires_at,
+    )
+
+
+def summary(row: Sequence[Any]) -> JobSummary:
+    """A JobSummary from the columns of ``fragment_summary_columns``."""
+    (
+        job_id,
+        job_type,
+        scope_type,
+        scope_id,
+        status,
+        attempts,
+        max_attempts,
+        last_error,
+        priority,
+        progress,
+        run_at,
+        created_at,
+        updated_at,
+        started_at,
+        finished_at,
+    ) = row
+    return JobSummary(
+        id=str(job_id),
+        type=job_type,
+        scope=scope_of(scope_type, scope_id),
+        status=JobStatus(status),
+        attempts=attempts,
+        max_attempts=max_attempts,
+        last_error=last_error,
+        priority=priority,
+        progress=decode_json(progress),
+        run_at=run_at,
+        created_at=created_at,
+        updated_at=updated_at,
+        started_at=started_at,
+        finished_at=finished_at,
+    )
+
+
+def cancelled(row: Sequence[Any]) -> CancelledJob:
+    """A CancelledJob from the columns of ``fragment_cancelled_columns``."""
+    job_id, job_type, scope_type, scope_id, status, lease_owner, attempts = row
+    running = status == JobStatus.RUNNING.value
+    return CancelledJob(
+        id=str(job_id),
+        type=job_type,
+        scope=scope_of(scope_type, scope_id),
+        was_running=running,
+        lease_owner=lease_owner if running else None,
+        attempts=attempts,
+    )
+
+
+def reclaimed(row: Sequence[Any]) -> Reclaimed:
+    """A Reclaimed from a row of ``lease_recover_expired``."""
+    job_id, job_type, scope_type, scope_id, attempts, outcome, lease_owner = row
+    return Reclaimed(
+        id=str(job_id),
+        type=job_type,
+        scope=scope_of(scope_type, scope_id),
+        attempts=attempts,
+        outcome="failed-terminal" if outcome == "failed-terminal" else "reclaimed",
+        lease_owner=lease_owner,
+    )
+
+
+def schedule(row: Sequence[Any]) -> ScheduleSummary:
+    """A ScheduleSummary from a row of ``schedule_list``."""
+    key, job_type, cron, every_seconds, timezone, repeat_from, next_run_at, last_run_at = row
+    return ScheduleSummary(
+        key=key,
+        type=job_type,
+        cron=cron,
+        every=None if every_seconds is None else timedelta(seconds=every_seconds),
+        timezone=timezone,
+        repeat_from=repeat_from,
+        next_run_at=next_run_at,
+        last_run_at=last_run_at,
+    )
+
+
+def json_array_chunks(items: Sequence[str | int], limit: int = NOTIFY_LIMIT) -> list[str]:
+    """JSON arrays of ``items``, each encoding to fewer than ``limit`` bytes."""
+    chunks: list[str] = []
+    current: list[str | int] = []
+    size = 2
+    for item in items:
+        width = len(orjson.dumps(item)) + 1
+        if current and size + width > limit:
+            chunks.append(orjson.dumps(current).decode())
+            current, size = [], 2
+        current.append(item)
+        size += width
+    if current:
+        chunks.append(orjson.dumps(current).decode())
+    return chunks
+
+
+def copy_escape(value: bytes) -> bytes:
+    """Escape one field for COPY's text format (backslash, newline, carriage return, tab)."""
+    if b"\\" in value:
+        value = value.replace(b"\\", b"\\\\")
+    if b"\n" in value:
+        value = value.replace(b"\n", b"\\n")
+    if b"\r" in value:
+        value = value.replace(b"\r", b"\\r")
+    if b"\t" in value:
+        value = value.replace(b"\t", b"\\t")
+    return value
+
+
+def copy_field(value: str | int | None) -> bytes:
+    """One COPY text field: ``\\N`` for NULL, escaped UTF-8 otherwise."""
+    if value is None:
+        return b"\\N"
+    return copy_escape(str(value).encode("utf-8"))

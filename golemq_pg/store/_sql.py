@@ -1,0 +1,136 @@
+"""Loading the SQL that ships in ``sql/``: named queries and numbered migrations.
+
+Statements live in ``sql/queries/*.sql`` as named blocks (``-- name: job_claim``), written
+against ``{schema}.table``. They are read once per process and composed once per store with
+``psycopg.sql`` (the schema only ever enters through :class:`psycopg.sql.Identifier`).
+Blocks named ``fragment_*`` are shared pieces: every statement may reference them as
+``{fragment_name}``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import LiteralString, cast
+
+from psycopg import sql
+
+_NAME_RE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_FRAGMENT_PREFIX = "fragment_"
+
+
+def sql_dir() -> Traversable:
+    """The ``sql/`` directory: package data ``golemq_pg.sql`` when installed, else the repo."""
+    try:
+        root = resources.files("golemq_pg.sql")
+        if root.joinpath("migrations").is_dir():
+            return root
+    except ModuleNotFoundError:  # pragma: no cover - depends on how the package is installed
+        pass
+    return Path(__file__).resolve().parents[2] / "sql"
+
+
+def trusted_sql(text: str) -> sql.SQL:
+    """Wrap SQL text read from our own ``sql/`` files as a ``psycopg.sql.SQL`` template.
+
+    This is the single place where file text becomes SQL. The cast to ``LiteralString`` is
+    sound because the text comes only from the files shipped with the package, never from a
+    caller; variable identifiers are merged later with ``sql.Identifier`` and values are
+    always passed as parameters. (mypy treats LiteralString as plain str, hence the ignore;
+    the cast is for checkers that enforce LiteralString, such as pyright.)
+    """
+    return sql.SQL(cast(LiteralString, text))  # type: ignore[redundant-cast]
+
+
+def parse_named(text: str, origin: str) -> dict[str, str]:
+    """Split one queries file into ``{name: statement}``; text before the first name is a header."""
+    found: dict[str, str] = {}
+    matches = list(_NAME_RE.finditer(text))
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        body = text[match.end() : end].strip()
+        name = match.group(1)
+        if name in found:
+            raise RuntimeError(f"duplicate query name {name!r} in {origin}")
+        if not body:
+            raise RuntimeError(f"empty query {name!r} in {origin}")
+        found[name] = body
+    return found
+
+
+@cache
+def query_texts() -> dict[str, str]:
+    """Every named statement of ``sql/queries/*.sql``, read once per process."""
+    texts: dict[str, str] = {}
+    folder = sql_dir().joinpath("queries")
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, body in parse_named(entry.read_text(encoding="utf-8"), entry.name).items():
+            if name in texts:
+                raise RuntimeError(f"query name {name!r} defined twice (in {entry.name})")
+            texts[name] = body
+    return texts
+
+
+def _resolve_fragments(bodies: dict[str, str], ident: sql.Identifier) -> dict[str, sql.Composable]:
+    """Compose fragments, which may use other fragments, in dependency order."""
+    done: dict[str, sql.Composable] = {}
+    pending = dict(bodies)
+    while pending:
+        progressed = False
+        for name, body in list(pending.items()):
+            try:
+                done[name] = trusted_sql(body).format(schema=ident, **done)
+            except KeyError:
+                continue  # uses a fragment not composed yet
+            del pending[name]
+            progressed = True
+        if not progressed:
+            raise RuntimeError(f"unresolvable SQL fragments: {sorted(pending)}")
+    return done
+
+
+class Queries:
+    """The named statements composed for one schema, rendered once to bytes.
+
+    Rendering up front keeps the hot path free of composition work and gives psycopg a
+    stable query key, so its automatic prepared statements kick in for repeated verbs.
+    """
+
+    __slots__ = ("_rendered", "schema")
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        ident = sql.Identifier(schema)
+        texts = query_texts()
+        fragments = _resolve_fragments(
+            {name: body for name, body in texts.items() if name.startswith(_FRAGMENT_PREFIX)},
+            ident,
+        )
+        self._rendered: dict[str, bytes] = {
+            name: trusted_sql(body).format(schema=ident, **fragments).as_bytes(None)
+            for name, body in texts.items()
+            if not name.startswith(_FRAGMENT_PREFIX)
+        }
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._rendered[name]
+
+    def names(self) -> list[str]:
+        """The statement names available (fragments excluded)."""
+        return sorted(self._rendered)
+
+
+_cache: dict[str, Queries] = {}
+
+
+def queries_for(schema: str) -> Queries:
+    """The composed statements for ``schema`` (cached: stores on one schema share them)."""
+    found = _cache.get(schema)
+    if found is None:
+        found = _cache[schema] = Queries(schema)
+    return found

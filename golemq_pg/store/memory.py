@@ -1,0 +1,579 @@
+"""InMemoryStore: the JobStore port without a database, with the PostgreSQL semantics.
+
+For tests and scripts. Every verb behaves as the PostgreSQL store does: the dedupe rule of
+the ``jobs_dedupe_pending_uq`` index, the claim order and every guard, fenced lease writes,
+the reaper, cancellation, schedules and wake-up notifications. One lock serialises every
+verb (it stands in for the database's row locks and advisory locks); listeners wait on a
+condition variable built on that lock. Time comes from an injectable clock (see
+:class:`golemq_pg.testing.FakeClock`) and is read once per verb, like ``now()`` inside one
+transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
+from golemq_pg.store._memory_claim import ClaimPass
+from golemq_pg.store._memory_rows import (
+    JobRow,
+    JobTable,
+    MemoryListener,
+    RateBudget,
+    cancel_selects,
+    copy_progress,
+    matching,
+    page,
+)
+from golemq_pg.store._memory_schedules import ScheduleBook
+from golemq_pg.store.port import (
+    CancelFilter,
+    CancelledJob,
+    ClaimBatch,
+    ClaimRequest,
+    EnqueueManyParams,
+    EnqueueParams,
+    EnqueueResult,
+    FailItem,
+    FindParams,
+    LeaseRef,
+    NextTick,
+    Notification,
+    Reclaimed,
+    RetryItem,
+    ScheduleParams,
+)
+
+Clock = Callable[[], datetime]
+
+log = structlog.get_logger("golemq_pg.store.memory")
+
+LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
+LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
+
+
+def utc_now() -> datetime:
+    """The real clock: an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+class InMemoryStore:
+    """The storage port kept in process memory, thread-safe, with the same guards.
+
+    ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``
+    is the length in seconds of a resource pool's fixed rate window. Job ids are strings of
+    increasing integers. ``connection=`` (enqueue inside a caller's transaction) has no
+    meaning here and raises ``TypeError``.
+    """
+
+    def __init__(self, *, clock: Clock | None = None, rate_window: float = 60.0) -> None:
+        if rate_window <= 0:
+            raise ValueError("rate_window must be > 0 seconds")
+        self._clock: Clock = clock or utc_now
+        self._rate_window = float(rate_window)
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._jobs = JobTable()
+        self._budgets: dict[str, RateBudget] = {}
+        self._schedules = ScheduleBook()
+        self._listeners: list[MemoryListener] = []
+
+    def __repr__(self) -> str:
+        return f"InMemoryStore(jobs={len(self._jobs.rows)})"
+
+    # -- plumbing -------------------------------------------------------------------------
+    def now(self) -> datetime:
+        """The store's clock."""
+        return self._read_clock()
+
+    def _read_clock(self) -> datetime:
+        now = self._clock()
+        if now.tzinfo is None or now.utcoffset() is None:
+            raise ValueError("the InMemoryStore clock must return an aware datetime")
+        return now.astimezone(UTC)
+
+    def open_listener(self) -> MemoryListener:
+        """An in-process listener that receives every notification published from now on."""
+        with self._lock:
+            self._listeners = [lst for lst in self._listeners if not lst.closed]
+            listener = MemoryListener(self._wakeup)
+            self._listeners.append(listener)
+            return listener
+
+    def close(self) -> None:
+        """Close every listener (the data stays readable)."""
+        with self._lock:
+            listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener.close()
+
+    def _publish(self, notification: Notification) -> None:
+        # Called with the lock held: the condition shares it.
+        for listener in self._listeners:
+            listener.deliver(notification)
+        self._wakeup.notify_all()
+
+    def _announce_due(self, rows: Sequence[JobRow], now: datetime) -> None:
+        """Like the INSERT trigger: one hint per statement naming the types that became due."""
+        due_types = tuple(sorted({row.type for row in rows if row.run_at <= now}))
+        if due_types:
+            self._publish(Notification(kind="jobs", items=due_types))
+
+    # -- producer -------------------------------------------------------------------------
+    def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
+        """Insert one job, applying the dedupe rule of the PostgreSQL store."""
+        _refuse_connection(connection)
+        with self._lock:
+            now = self._read_clock()
+            key = params.dedupe_key
+            if key is not None:
+                waiting = self._jobs.pending_with_key(params.type, key)
+                if waiting is not None:
+                    if params.on_duplicate == "reject":
+                        return EnqueueResult(id=None, inserted=False)
+                    # Replace in place: same id, same place in line (run_at, created_at).
+                    waiting.payload = params.payload
+                    waiting.scope = params.scope
+                    waiting.priority = params.priority
+                    waiting.updated_at = now
+                    return EnqueueResult(id=str(waiting.id), inserted=False, replaced=True)
+                if params.on_duplicate == "reject" and self._jobs.running_with_key(
+                    params.type, key
+                ):
+                    return EnqueueResult(id=None, inserted=False)
+            row = self._new_row(
+                params.type,
+                params.payload,
+                params.scope,
+                params.priority,
+                _due_time(params.run_at, params.delay, now),
+                params.max_attempts,
+                key,
+                now,
+            )
+            self._jobs.insert(row)
+            self._announce_due([row], now)
+            return EnqueueResult(id=str(row.id), inserted=True)
+
+    def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
+        """Insert many jobs of one type (no dedupe keys); returns the count."""
+        _refuse_connection(connection)
+        with self._lock:
+            now = self._read_clock()
+            run_at = _due_time(params.run_at, params.delay, now)
+            rows = [
+                self._new_row(
+                    params.type,
+                    payload,
+                    params.scope,
+                    params.priority,
+                    run_at,
+                    params.max_attempts,
+                    None,
+                    now,
+                )
+                for payload in params.payloads
+            ]
+            for row in rows:
+                self._jobs.insert(row)
+            self._announce_due(rows, now)
+            return len(rows)
+
+    def _new_row(
+        self,
+        job_type: str,
+        payload: bytes,
+        scope: Any,
+        priority: int,
+        run_at: datetime,
+        max_attempts: int,
+        dedupe_key: str | None,
+        now: datetime,
+    ) -> JobRow:
+        return JobRow(
+            id=self._jobs.next_id(),
+            type=job_type,
+            payload=bytes(payload),
+            scope=scope,
+            status=JobStatus.PENDING,
+            priority=priority,
+            run_at=run_at,
+            attempts=0,
+            max_attempts=max_attempts,
+            dedupe_key=dedupe_key,
+            created_at=now,
+            updated_at=now,
+        )
+
+    # -- consumer -------------------------------------------------------------------------
+    def job_claim(self, request: ClaimRequest) -> ClaimBatch:
+        """Lease up to the requested number of due jobs, honouring every guard.
+
+        The result is a :class:`ClaimBatch` (a list of the claimed jobs) whose ``blocked``
+        names what held back each guarded type that had due work and got nothing.
+        """
+        with self._lock:
+            now = self._read_clock()
+            return ClaimPass(self._jobs, self._budgets, request, now, self._rate_window).run()
+
+    def _held(
+        self, owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]
+    ) -> list[tuple[JobRow, LeaseRef | RetryItem | FailItem]]:
+        # The fence of every lease write. A row listed twice is written once, as an
+        # UPDATE ... FROM unnest(...) writes it once.
+        held: dict[int, tuple[JobRow, LeaseRef | RetryItem | FailItem]] = {}
+        for item in items:
+            row = self._jobs.get(item.id)
+            if row is not None and row.id not in held and row.holds(owner, item.token):
+                held[row.id] = (row, item)
+        return list(held.values())
+
+    def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
+        """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
+        with self._lock:
+            now = self._read_clock()
+            written = set()
+            for row, _ in self._held(owner, items):
+                self._finish(row, JobStatus.SUCCEEDED, now)
+                written.add(str(row.id))
+            return written
+
+    def job_fail_many(self, owner: str, items: Sequence[FailItem]) -> set[str]:
+        """RUNNING -> FAILED (dead letter) with the last error."""
+        with self._lock:
+            now = self._read_clock()
+            written = set()
+            for row, item in self._held(owner, items):
+                assert isinstance(item, FailItem)  # noqa: S101 - _held returns the input items
+                row.last_error = item.error
+                self._finish(row, JobStatus.FAILED, now)
+                written.add(str(row.id))
+            return written
+
+    def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
+        """RUNNING -> PENDING after ``delay`` seconds; the attempt is refunded unless consumed."""
+        with self._lock:
+            now = self._read_clock()
+            written = set()
+            for row, item in self._held(owner, items):
+                assert isinstance(item, RetryItem)  # noqa: S101 - _held returns the input items
+                row.last_error = item.error
+                if not item.consume_attempt:
+                    row.attempts = max(row.attempts - 1, 0)
+                self._back_to_pending(row, now + timedelta(seconds=item.delay), now)
+                written.add(str(row.id))
+            return written
+
+    def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
+        """RUNNING -> PENDING due now, attempt refunded (claimed but never started)."""
+        with self._lock:
+            now = self._read_clock()
+            written = set()
+            for row, _ in self._held(owner, items):
+                row.attempts = max(row.attempts - 1, 0)
+                self._back_to_pending(row, now, now)
+                written.add(str(row.id))
+            return written
+
+    def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
+        """Extend held, unexpired leases to now + ``seconds``; returns the ids renewed."""
+        with self._lock:
+            now = self._read_clock()
+            renewed = set()
+            for row, _ in self._held(owner, items):
+                if row.is_live(now):
+                    row.lease_expires_at = now + timedelta(seconds=seconds)
+                    row.updated_at = now
+                    renewed.add(str(row.id))
+            return renewed
+
+    def lease_held(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
+        """Which of these leases this owner still holds."""
+        with self._lock:
+            return {str(row.id) for row, _ in self._held(owner, items)}
+
+    def job_progress(self, owner: str, item: LeaseRef, progress: float | dict[str, Any]) -> bool:
+        """Persist progress for a held lease; False when the lease is no longer held."""
+        with self._lock:
+            now = self._read_clock()
+            held = self._held(owner, [item])
+            if not held:
+                return False
+            row = held[0][0]
+            row.progress = copy_progress(progress)
+            row.updated_at = now
+            return True
+
+    def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
+        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
+        with self._lock:
+            now = self._read_clock()
+            expired = sorted(
+                (
+                    row
+                    for row in self._jobs.running.values()
+                    if row.lease_expires_at is None or row.lease_expires_at <= now
+                ),
+                key=lambda r: (r.lease_expires_at or now, r.id),
+            )[: max(limit, 0)]
+            recovered = []
+            for row in expired:
+                owner = row.lease_owner
+                if row.attempts >= row.max_attempts:
+                    row.last_error = LEASE_EXHAUSTED_ERROR
+                    self._finish(row, JobStatus.FAILED, now)
+                    exhausted = True
+                else:
+                    row.last_error = LEASE_EXPIRED_ERROR
+                    self._back_to_pending(row, now, now)
+                    exhausted = False
+                recovered.append(
+                    Reclaimed(
+                        id=str(row.id),
+                        type=row.type,
+                        scope=row.scope,
+                        attempts=row.attempts,
+                        outcome="failed-terminal" if exhausted else "reclaimed",
+                        lease_owner=owner,
+                    )
+                )
+            return recovered
+
+    def _clear_lease(self, row: JobRow) -> None:
+        row.lease_owner = None
+        row.lease_expires_at = None
+
+    def _finish(self, row: JobRow, status: JobStatus, now: datetime) -> None:
+        """RUNNING -> SUCCEEDED / FAILED."""
+        self._clear_lease(row)
+        self._jobs.set_status(row, status)
+        row.finished_at = now
+        row.updated_at = now
+
+    def _back_to_pending(self, row: JobRow, run_at: datetime, now: datetime) -> None:
+        """RUNNING -> PENDING at ``run_at``.
+
+        A job that returns to the line while a newer PENDING job holds its dedupe key (a
+        "replace" enqueued while it ran) is superseded by that job, which carries the newer
+        payload: it is deleted rather than run again with the stale one. This is also what
+        the unique index on pending keys leaves as the only consistent outcome.
+        """
+        self._clear_lease(row)
+        if row.dedupe_key is not None and self._jobs.pending_with_key(row.type, row.dedupe_key):
+            self._jobs.delete(row)
+            return
+        self._jobs.set_status(row, JobStatus.PENDING)
+        row.run_at = run_at
+        row.updated_at = now
+
+    # -- inspection and administration -----------------------------------------------------
+    def job_get(self, job_id: str) -> JobSummary | None:
+        """One job, or None."""
+        with self._lock:
+            row = self._jobs.get(job_id)
+            return None if row is None else row.summary()
+
+    def job_find(self, params: FindParams) -> list[JobSummary]:
+        """Jobs matching the filters, newest (highest id) first."""
+        with self._lock:
+            rows = sorted(matching(self._jobs.rows.values(), params), key=lambda r: -r.id)
+            return [row.summary() for row in page(rows, params)]
+
+    def job_count_by_status(self) -> dict[JobStatus, int]:
+        """Counts of every status (0 when none)."""
+        with self._lock:
+            counts = dict.fromkeys(JobStatus, 0)
+            for row in self._jobs.rows.values():
+                counts[row.status] += 1
+            return counts
+
+    def job_stats(self) -> dict[str, int]:
+        """pending (due now), scheduled (future), running, succeeded, failed."""
+        with self._lock:
+            now = self._read_clock()
+            stats = dict.fromkeys(("pending", "scheduled", "running", "succeeded", "failed"), 0)
+            for row in self._jobs.rows.values():
+                if row.status is JobStatus.PENDING:
+                    stats["pending" if row.run_at <= now else "scheduled"] += 1
+                else:
+                    stats[row.status.value] += 1
+            return stats
+
+    def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
+        """Delete matching pending/running jobs; announce the running ones to listeners."""
+        del reason  # nothing stores it; the Queue passes it to observers and workers
+        with self._lock:
+            if selector.job_ids:
+                found = (self._jobs.get(job_id) for job_id in dict.fromkeys(selector.job_ids))
+                candidates = sorted((row for row in found if row is not None), key=lambda r: r.id)
+            else:
+                candidates = list(self._jobs.rows.values())
+            victims = [row for row in candidates if cancel_selects(row, selector)]
+            cancelled = []
+            for row in victims:
+                was_running = row.status is JobStatus.RUNNING
+                cancelled.append(
+                    CancelledJob(
+                        id=str(row.id),
+                        type=row.type,
+                        scope=row.scope,
+                        was_running=was_running,
+                        lease_owner=row.lease_owner if was_running else None,
+                        attempts=row.attempts,
+                    )
+                )
+                self._jobs.delete(row)
+            aborted = tuple(c.id for c in cancelled if c.was_running)
+            if aborted:
+                self._publish(Notification(kind="cancel", items=aborted))
+            return cancelled
+
+    def job_retry_failed(self, params: FindParams) -> int:
+        """FAILED -> PENDING due now, attempts reset; ``params.limit=None`` means all.
+
+        A keyed dead letter stays FAILED when a PENDING job already holds its key (that job
+        supersedes it), and among dead letters of one key only the newest is revived: one
+        PENDING job per key. Matches are taken oldest first, then ``skip`` and ``limit``.
+        """
+        with self._lock:
+            now = self._read_clock()
+            failed = FindParams(
+                types=params.types,
+                statuses=(JobStatus.FAILED,),
+                scope_type=params.scope_type,
+                scope_id=params.scope_id,
+                limit=params.limit,
+                skip=params.skip,
+            )
+            rows = sorted(matching(self._jobs.rows.values(), failed), key=lambda r: r.id)
+            newest_failed: dict[tuple[str, str], int] = {}
+            for row in self._jobs.rows.values():
+                if row.status is JobStatus.FAILED and row.dedupe_key is not None:
+                    key = (row.type, row.dedupe_key)
+                    newest_failed[key] = max(newest_failed.get(key, 0), row.id)
+            rows = [
+                row
+                for row in rows
+                if row.dedupe_key is None
+                or (
+                    self._jobs.pending_with_key(row.type, row.dedupe_key) is None
+                    and newest_failed[(row.type, row.dedupe_key)] == row.id
+                )
+            ]
+            revived = 0
+            for row in page(rows, failed):
+                self._jobs.set_status(row, JobStatus.PENDING)
+                row.attempts = 0
+                row.last_error = None
+                row.run_at = now
+                row.finished_at = None
+                row.updated_at = now
+                revived += 1
+            return revived
+
+    def job_prune(
+        self,
+        statuses: Sequence[JobStatus],
+        *,
+        before: datetime | None,
+        age: float | None,
+        limit: int | None = None,
+    ) -> int:
+        """Delete rows in ``statuses`` that finished before the cut-off, oldest first."""
+        with self._lock:
+            now = self._read_clock()
+            if before is not None:
+                cutoff = before
+            elif age is not None:
+                cutoff = now - timedelta(seconds=age)
+            else:
+                raise ValueError("job_prune needs a cut-off: before= or age=")
+            wanted = {JobStatus(s) for s in statuses}
+            old = sorted(
+                (
+                    row
+                    for row in self._jobs.rows.values()
+                    if row.status in wanted
+                    and row.finished_at is not None
+                    and row.finished_at < cutoff
+                ),
+                key=lambda r: (r.finished_at, r.id),
+            )
+            if limit is not None:
+                old = old[: max(limit, 0)]
+            for row in old:
+                self._jobs.delete(row)
+            return len(old)
+
+    # -- schedules --------------------------------------------------------------------------
+    def schedule_upsert(self, params: ScheduleParams) -> None:
+        """Create or update a schedule by key (a redeclaration keeps its pending tick)."""
+        with self._lock:
+            self._schedules.upsert(params, self._read_clock())
+
+    def schedule_delete(self, key: str) -> bool:
+        """Remove a schedule; True when it existed."""
+        with self._lock:
+            return self._schedules.delete(key)
+
+    def schedule_list(self) -> list[ScheduleSummary]:
+        """Every schedule, by key."""
+        with self._lock:
+            return self._schedules.summaries()
+
+    def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
+        """Enqueue one job per due schedule and advance it; returns the new job ids.
+
+        ``next_tick`` returning None leaves the schedule waiting until the job it produced
+        finishes, after which a pass sets its next run to that finish time plus ``every``
+        (or to now, when the job was deleted). A schedule whose ``next_tick`` raises is
+        logged and skipped (no job), like on PostgreSQL.
+        """
+        with self._lock:
+            now = self._read_clock()
+            self._schedules.resume_finished(self._jobs, now)
+            created: list[JobRow] = []
+            for schedule in self._schedules.due(now, limit):
+                try:
+                    following = next_tick(self._schedules.tick(schedule), now)
+                except Exception:  # noqa: BLE001 - one bad schedule must not stop the rest
+                    log.warning("schedule next tick failed", key=schedule.key, type=schedule.type)
+                    continue
+                row = self._new_row(
+                    schedule.type,
+                    schedule.payload,
+                    schedule.scope,
+                    schedule.priority,
+                    now,
+                    schedule.max_attempts,
+                    None,
+                    now,
+                )
+                row.schedule_key = schedule.key
+                self._jobs.insert(row)
+                created.append(row)
+                self._schedules.advance(schedule, row.id, following, now)
+            self._announce_due(created, now)
+            return [str(row.id) for row in created]
+
+
+def _refuse_connection(connection: object) -> None:
+    if connection is not None:
+        raise TypeError(
+            "InMemoryStore does not support connection=: there is no database transaction "
+            "to enqueue into (use PostgresStore for transactional enqueue)"
+        )
+
+
+def _due_time(run_at: datetime | None, delay: float, now: datetime) -> datetime:
+    if run_at is not None:
+        return run_at.astimezone(UTC)
+    return now + timedelta(seconds=delay)
+
+
+__all__ = ["LEASE_EXHAUSTED_ERROR", "LEASE_EXPIRED_ERROR", "Clock", "InMemoryStore"]

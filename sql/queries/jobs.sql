@@ -1,0 +1,190 @@
+-- Jobs: enqueue, inspection, administration and cancellation.
+--
+-- Every statement is written against {schema}.table; the store composes the schema in with
+-- psycopg.sql.Identifier once per store. Literal braces must be doubled ({{ }}) and literal
+-- percent signs too (%%): prefer ARRAY[]::text[] over '{{}}' array literals.
+-- Casts on parameters keep one prepared statement per verb whatever Python type arrives
+-- (None, int sizes), so psycopg's automatic preparation kicks in for the hot ones.
+
+
+-- name: job_enqueue
+-- The plain insert (no dedupe key): one statement, one round trip on an autocommit pool
+-- connection. Ids and timestamps come from server defaults; the due time from the database
+-- clock. The statement-level trigger sends the wake-up hint.
+INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority)
+VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(max_attempts)s::int, %(priority)s::int)
+RETURNING id
+
+
+-- name: job_enqueue_reject
+-- on_duplicate="reject": nothing is inserted while a job with this (type, dedupe_key) is
+-- PENDING (the unique partial index jobs_dedupe_pending_uq arbitrates racing inserts: the
+-- loser waits for the winner's transaction, then does nothing) or RUNNING (NOT EXISTS).
+-- Known window: a claim of the pending holder that commits between this statement's
+-- snapshot and its insert lets a second pending job in; the claim never runs two jobs of one
+-- key at once, so the duplicate runs after the first, never beside it.
+INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
+                           dedupe_key)
+SELECT %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+       coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+       %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text
+ WHERE NOT EXISTS (
+        SELECT 1 FROM {schema}.jobs r
+         WHERE r.type = %(type)s::text AND r.dedupe_key = %(dedupe_key)s::text
+           AND r.status = 'running')
+ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+
+-- name: job_enqueue_replace
+-- on_duplicate="replace": an upsert on the pending-only unique index. While a PENDING job
+-- holds the key its payload, scope and priority are replaced in place (same id, same run_at
+-- and created_at, so the same place in line); if the only live holder is RUNNING there is no
+-- conflict and a new PENDING row is inserted. A holder being claimed concurrently makes
+-- PostgreSQL wait for that claim and retry the arbiter check, so it is race-free.
+-- (xmax = 0) is true only for a freshly inserted row version.
+INSERT INTO {schema}.jobs AS j (type, payload, scope_type, scope_id, run_at, max_attempts,
+                                priority, dedupe_key)
+VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text)
+ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL
+DO UPDATE SET payload    = EXCLUDED.payload,
+              scope_type = EXCLUDED.scope_type,
+              scope_id   = EXCLUDED.scope_id,
+              priority   = EXCLUDED.priority,
+              updated_at = now()
+RETURNING j.id, (j.xmax = 0) AS inserted
+
+
+-- name: job_due_at
+-- The due time of a delayed add_many, from the database clock (COPY cannot compute it).
+SELECT now() + make_interval(secs => %(delay)s::float8)
+
+
+-- name: job_copy_in
+-- Bulk enqueue: COPY in text format, one row per payload; ids and timestamps from server
+-- defaults. COPY fires the statement-level trigger once, so one NOTIFY per add_many.
+COPY {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority)
+FROM STDIN
+
+
+-- name: job_copy_in_now
+-- As job_copy_in, for jobs due at once: run_at takes its default, now().
+COPY {schema}.jobs (type, payload, scope_type, scope_id, max_attempts, priority)
+FROM STDIN
+
+
+-- name: fragment_summary_columns
+-- The columns of golemq_pg.JobSummary, in the order PostgresStore reads them.
+j.id, j.type, j.scope_type, j.scope_id, j.status, j.attempts, j.max_attempts, j.last_error,
+j.priority, j.progress::text, j.run_at, j.created_at, j.updated_at, j.started_at,
+j.finished_at
+
+
+-- name: job_get
+SELECT {fragment_summary_columns}
+  FROM {schema}.jobs j
+ WHERE j.id = %(id)s::bigint
+
+
+-- name: job_find
+-- Newest first (ids are monotonic). NULL filters are no filters.
+SELECT {fragment_summary_columns}
+  FROM {schema}.jobs j
+ WHERE (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
+   AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+   AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
+   AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s::bigint OFFSET %(skip)s::bigint
+
+
+-- name: job_count_by_status
+SELECT j.status, count(*) FROM {schema}.jobs j GROUP BY j.status
+
+
+-- name: job_stats
+-- Mutually exclusive buckets: a PENDING job is either due (pending) or in the future
+-- (scheduled, which includes retry backoff).
+SELECT count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS pending,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now())  AS scheduled,
+       count(*) FILTER (WHERE j.status = 'running')                       AS running,
+       count(*) FILTER (WHERE j.status = 'succeeded')                     AS succeeded,
+       count(*) FILTER (WHERE j.status = 'failed')                        AS failed
+  FROM {schema}.jobs j
+
+
+-- name: fragment_cancelled_columns
+j.id, j.type, j.scope_type, j.scope_id, j.status, j.lease_owner, j.attempts
+
+
+-- name: job_cancel_ids
+-- Cancellation deletes live (pending or running) rows; finished rows are history and stay.
+-- The caller then NOTIFYs the ids of deleted RUNNING rows in the same transaction.
+DELETE FROM {schema}.jobs j
+ WHERE j.id = ANY(%(ids)s::bigint[])
+   AND j.status IN ('pending', 'running')
+   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+RETURNING {fragment_cancelled_columns}
+
+
+-- name: job_cancel_scope
+DELETE FROM {schema}.jobs j
+ WHERE j.scope_type = %(scope_type)s::text AND j.scope_id = %(scope_id)s::text
+   AND j.status IN ('pending', 'running')
+   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+RETURNING {fragment_cancelled_columns}
+
+
+-- name: job_cancel_keys
+DELETE FROM {schema}.jobs j
+ WHERE j.type = %(type)s::text AND j.dedupe_key = ANY(%(keys)s::text[])
+   AND j.status IN ('pending', 'running')
+   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+RETURNING {fragment_cancelled_columns}
+
+
+-- name: job_retry_failed
+-- Dead letters back to PENDING, due now, attempts reset. A keyed dead letter is skipped when
+-- a PENDING job already holds its key (that job supersedes it) and, among dead letters of one
+-- key, only the newest is revived: the pending-only unique index allows one.
+WITH picked AS (
+    SELECT j.id
+      FROM {schema}.jobs j
+     WHERE j.status = 'failed'
+       AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
+       AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
+       AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
+       AND (j.dedupe_key IS NULL OR NOT EXISTS (
+                SELECT 1 FROM {schema}.jobs o
+                 WHERE o.type = j.type AND o.dedupe_key = j.dedupe_key
+                   AND (o.status = 'pending' OR (o.status = 'failed' AND o.id > j.id))))
+     ORDER BY j.id
+     LIMIT %(limit)s::bigint OFFSET %(skip)s::bigint
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs j
+   SET status = 'pending', attempts = 0, last_error = NULL, run_at = now(),
+       finished_at = NULL, updated_at = now()
+  FROM picked p
+ WHERE j.id = p.id AND j.status = 'failed'
+RETURNING j.id, j.type
+
+
+-- name: job_prune
+-- Retention: finished rows older than the cut-off, oldest first, optionally in bounded
+-- batches (the LIMIT) so a sweep never holds many row locks or bloats one transaction.
+DELETE FROM {schema}.jobs j
+ WHERE j.id IN (
+        SELECT d.id
+          FROM {schema}.jobs d
+         WHERE d.status IN ('succeeded', 'failed')
+           AND d.status = ANY(%(statuses)s::text[])
+           AND d.finished_at < coalesce(%(before)s::timestamptz,
+                                        now() - make_interval(secs => %(age)s::float8))
+         ORDER BY d.finished_at
+         LIMIT %(limit)s::bigint
+           FOR UPDATE SKIP LOCKED)

@@ -1,0 +1,214 @@
+-- Leases: the batched writes of a lease holder, and the reaper.
+--
+-- Every write is fenced on (id, lease_owner, lease_token, status = 'running'): a worker that
+-- lost its lease (reaped, cancelled, re-claimed by someone else) changes nothing, and each
+-- statement returns the ids it actually wrote. Items arrive as parallel arrays unnested in
+-- one statement, so a batch of N outcomes costs one round trip.
+
+
+-- name: job_complete_many
+UPDATE {schema}.jobs j
+   SET status = 'succeeded',
+       finished_at = now(),
+       updated_at = now(),
+       lease_owner = NULL,
+       lease_expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+ WHERE j.id = t.id
+   AND j.lease_token = t.token
+   AND j.lease_owner = %(owner)s::text
+   AND j.status = 'running'
+RETURNING j.id
+
+
+-- name: job_fail_many
+UPDATE {schema}.jobs j
+   SET status = 'failed',
+       finished_at = now(),
+       updated_at = now(),
+       last_error = t.error,
+       lease_owner = NULL,
+       lease_expires_at = NULL
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[])
+       AS t(id, token, error)
+ WHERE j.id = t.id
+   AND j.lease_token = t.token
+   AND j.lease_owner = %(owner)s::text
+   AND j.status = 'running'
+RETURNING j.id
+
+
+-- name: job_retry_many
+-- RUNNING -> PENDING after each item's delay (database clock); an attempt that should not
+-- count (consume_attempt false) is refunded. A keyed job whose key gained a PENDING
+-- replacement while it ran (on_duplicate="replace") is superseded: its row is deleted
+-- instead, because the replacement carries the newer payload and the pending-only unique
+-- index admits one PENDING job per key. The held rows are locked first (MATERIALIZED), so
+-- the delete and the update act on exactly the fenced rows.
+WITH item AS (
+    SELECT t.id, t.token, t.delay, t.error, t.consume
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(delays)s::float8[],
+                  %(errors)s::text[], %(consume)s::boolean[])
+           AS t(id, token, delay, error, consume)
+),
+held AS MATERIALIZED (
+    SELECT j.id, i.delay, i.error, i.consume,
+           (j.dedupe_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM {schema}.jobs p
+                 WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
+                   AND p.status = 'pending')) AS superseded
+      FROM {schema}.jobs j
+      JOIN item i ON i.id = j.id
+     WHERE j.lease_token = i.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+       FOR UPDATE OF j
+),
+dropped AS (
+    DELETE FROM {schema}.jobs j
+     USING held h
+     WHERE j.id = h.id AND h.superseded
+    RETURNING j.id
+),
+moved AS (
+    UPDATE {schema}.jobs j
+       SET status = 'pending',
+           run_at = now() + make_interval(secs => h.delay),
+           last_error = h.error,
+           attempts = CASE WHEN h.consume THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
+           lease_owner = NULL,
+           lease_expires_at = NULL,
+           updated_at = now()
+      FROM held h
+     WHERE j.id = h.id AND NOT h.superseded
+    RETURNING j.id
+)
+SELECT d.id FROM dropped d
+UNION ALL
+SELECT m.id FROM moved m
+
+
+-- name: job_release_many
+-- RUNNING -> PENDING, due now, attempt refunded: the job was claimed but never started
+-- (shutdown, prefetch dropped). Superseded keyed jobs are deleted as in job_retry_many.
+WITH item AS (
+    SELECT t.id, t.token
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+),
+held AS MATERIALIZED (
+    SELECT j.id,
+           (j.dedupe_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM {schema}.jobs p
+                 WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
+                   AND p.status = 'pending')) AS superseded
+      FROM {schema}.jobs j
+      JOIN item i ON i.id = j.id
+     WHERE j.lease_token = i.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+       FOR UPDATE OF j
+),
+dropped AS (
+    DELETE FROM {schema}.jobs j
+     USING held h
+     WHERE j.id = h.id AND h.superseded
+    RETURNING j.id
+),
+moved AS (
+    UPDATE {schema}.jobs j
+       SET status = 'pending',
+           run_at = now(),
+           attempts = greatest(j.attempts - 1, 0),
+           lease_owner = NULL,
+           lease_expires_at = NULL,
+           updated_at = now()
+      FROM held h
+     WHERE j.id = h.id AND NOT h.superseded
+    RETURNING j.id
+)
+SELECT d.id FROM dropped d
+UNION ALL
+SELECT m.id FROM moved m
+
+
+-- name: lease_renew
+-- Only a lease that has not expired yet is extended: once expired, the reaper may already
+-- own the row's future, and the holder must treat the lease as lost.
+UPDATE {schema}.jobs j
+   SET lease_expires_at = now() + make_interval(secs => %(seconds)s::float8),
+       updated_at = now()
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+ WHERE j.id = t.id
+   AND j.lease_token = t.token
+   AND j.lease_owner = %(owner)s::text
+   AND j.status = 'running'
+   AND j.lease_expires_at > now()
+RETURNING j.id
+
+
+-- name: lease_held
+SELECT j.id
+  FROM {schema}.jobs j
+  JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token) ON t.id = j.id
+ WHERE j.lease_token = t.token
+   AND j.lease_owner = %(owner)s::text
+   AND j.status = 'running'
+
+
+-- name: job_progress
+UPDATE {schema}.jobs j
+   SET progress = %(progress)s::jsonb,
+       updated_at = now()
+ WHERE j.id = %(id)s::bigint
+   AND j.lease_token = %(token)s::bigint
+   AND j.lease_owner = %(owner)s::text
+   AND j.status = 'running'
+RETURNING j.id
+
+
+-- name: lease_recover_expired
+-- The reaper. Expired RUNNING leases, oldest expiry first, bounded by the limit, locked with
+-- SKIP LOCKED: a row whose holder is writing its outcome right now is left alone, and the
+-- lock re-checks status and expiry on the newest row version, so a job that completed after
+-- this statement's snapshot is never revived. The claim already counted the lost attempt:
+-- within budget the job is due again now; past it, it is dead-lettered without running
+-- again. A keyed job superseded by a PENDING replacement is deleted.
+WITH expired AS MATERIALIZED (
+    SELECT j.id, j.lease_owner,
+           j.attempts >= j.max_attempts AS exhausted,
+           (j.dedupe_key IS NOT NULL AND EXISTS (
+                SELECT 1 FROM {schema}.jobs p
+                 WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
+                   AND p.status = 'pending')) AS superseded
+      FROM {schema}.jobs j
+     WHERE j.status = 'running'
+       AND j.lease_expires_at < now()
+     ORDER BY j.lease_expires_at
+     LIMIT %(limit)s::int
+       FOR UPDATE SKIP LOCKED
+),
+dropped AS (
+    DELETE FROM {schema}.jobs j
+     USING expired e
+     WHERE j.id = e.id AND e.superseded AND NOT e.exhausted
+    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts, 'reclaimed'::text AS outcome
+),
+moved AS (
+    UPDATE {schema}.jobs j
+       SET status = CASE WHEN e.exhausted THEN 'failed' ELSE 'pending' END,
+           run_at = CASE WHEN e.exhausted THEN j.run_at ELSE now() END,
+           finished_at = CASE WHEN e.exhausted THEN now() END,
+           last_error = CASE
+               WHEN e.exhausted THEN 'LeaseExpired: attempts exhausted after lease expiry'
+               ELSE 'LeaseExpired: lease expired before the job finished (worker lost)' END,
+           lease_owner = NULL,
+           lease_expires_at = NULL,
+           updated_at = now()
+      FROM expired e
+     WHERE j.id = e.id AND NOT (e.superseded AND NOT e.exhausted)
+    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
+              CASE WHEN e.exhausted THEN 'failed-terminal' ELSE 'reclaimed' END AS outcome
+)
+SELECT x.id, x.type, x.scope_type, x.scope_id, x.attempts, x.outcome, e.lease_owner
+  FROM (SELECT * FROM dropped UNION ALL SELECT * FROM moved) x
+  JOIN expired e ON e.id = x.id

@@ -1,0 +1,14 @@
+-- Plumbing: the clock, channel names and explicit notifications.
+
+
+-- name: now
+SELECT now()
+
+
+-- name: channel_names
+-- NOTIFY channels derive from the schema (see channel_name() in 0001): fetched once per store.
+SELECT {schema}.channel_name('jobs'), {schema}.channel_name('cancel')
+
+
+-- name: notify
+SELECT pg_notify(%(channel)s::text, %(payload)s::text)

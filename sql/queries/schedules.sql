@@ -1,0 +1,109 @@
+-- Schedules: keyed recurring jobs. Any number of processes may declare the same key and run
+-- the scheduler; row locks (FOR UPDATE SKIP LOCKED) plus advancing next_run_at in the same
+-- transaction make exactly one job per due tick.
+
+
+-- name: schedule_upsert
+-- Redeclaring a key updates its definition; next_run_at is recomputed only when the timing
+-- (cron, interval, timezone, repeat_from) changed, so restarting N processes that declare
+-- the same schedule neither skips nor repeats a tick.
+INSERT INTO {schema}.schedules AS s (key, type, payload, scope_type, scope_id, priority,
+                                     max_attempts, cron, every_seconds, timezone,
+                                     repeat_from, next_run_at)
+VALUES (%(key)s::text, %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text,
+        %(scope_id)s::text, %(priority)s::int, %(max_attempts)s::int, %(cron)s::text,
+        %(every_seconds)s::float8, %(timezone)s::text, %(repeat_from)s::text,
+        coalesce(%(first_run_at)s::timestamptz, now()))
+ON CONFLICT (key) DO UPDATE
+   SET type = EXCLUDED.type,
+       payload = EXCLUDED.payload,
+       scope_type = EXCLUDED.scope_type,
+       scope_id = EXCLUDED.scope_id,
+       priority = EXCLUDED.priority,
+       max_attempts = EXCLUDED.max_attempts,
+       cron = EXCLUDED.cron,
+       every_seconds = EXCLUDED.every_seconds,
+       timezone = EXCLUDED.timezone,
+       repeat_from = EXCLUDED.repeat_from,
+       next_run_at = CASE
+           WHEN (s.cron, s.every_seconds, s.timezone, s.repeat_from)
+                IS DISTINCT FROM
+                (EXCLUDED.cron, EXCLUDED.every_seconds, EXCLUDED.timezone,
+                 EXCLUDED.repeat_from)
+           THEN EXCLUDED.next_run_at
+           ELSE s.next_run_at END,
+       updated_at = now()
+
+
+-- name: schedule_delete
+DELETE FROM {schema}.schedules s WHERE s.key = %(key)s::text RETURNING s.key
+
+
+-- name: schedule_list
+SELECT s.key, s.type, s.cron, s.every_seconds, s.timezone, s.repeat_from, s.next_run_at,
+       s.last_run_at
+  FROM {schema}.schedules s
+ ORDER BY s.key
+
+
+-- name: schedule_resume_finished
+-- repeat_from="finished": a schedule whose tick left next_run_at NULL waits for the job it
+-- produced; once that job is finished (succeeded or failed) the next run is its finish
+-- time plus the interval; once it is gone (cancelled, pruned) the schedule is due now.
+WITH waiting AS MATERIALIZED (
+    SELECT s.key
+      FROM {schema}.schedules s
+     WHERE s.next_run_at IS NULL
+       AND s.every_seconds IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs j
+                        WHERE j.id = s.last_job_id AND j.status IN ('pending', 'running'))
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.schedules s
+   SET next_run_at = coalesce((SELECT j.finished_at + make_interval(secs => s.every_seconds)
+                                 FROM {schema}.jobs j
+                                WHERE j.id = s.last_job_id), now()),
+       updated_at = now()
+  FROM waiting w
+ WHERE s.key = w.key AND s.next_run_at IS NULL
+RETURNING s.key
+
+
+-- name: schedule_claim_due
+-- Due schedules, locked for this transaction; another scheduler skips them, and after this
+-- one commits the advanced next_run_at no longer matches.
+SELECT s.key, s.type, s.cron, s.every_seconds, s.timezone, s.repeat_from, s.next_run_at,
+       now() AS db_now
+  FROM {schema}.schedules s
+ WHERE s.next_run_at <= now()
+ ORDER BY s.next_run_at
+ LIMIT %(limit)s::int
+   FOR UPDATE SKIP LOCKED
+
+
+-- name: schedule_fire
+-- One job per claimed schedule, and the schedule advanced to its next tick (NULL: wait for
+-- the job to finish), in one statement.
+WITH fire AS (
+    SELECT f.key, f.next_run_at
+      FROM unnest(%(keys)s::text[], %(next_run_ats)s::timestamptz[]) AS f(key, next_run_at)
+),
+ins AS (
+    INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, priority, max_attempts,
+                               schedule_key)
+    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority, s.max_attempts, s.key
+      FROM {schema}.schedules s
+      JOIN fire f ON f.key = s.key
+    RETURNING id, schedule_key
+),
+advanced AS (
+    UPDATE {schema}.schedules s
+       SET next_run_at = f.next_run_at,
+           last_run_at = now(),
+           last_job_id = i.id,
+           updated_at = now()
+      FROM fire f
+      JOIN ins i ON i.schedule_key = f.key
+     WHERE s.key = f.key
+)
+SELECT i.id FROM ins i
