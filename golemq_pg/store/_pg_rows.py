@@ -194,6 +194,18 @@ def copy_escape(value: bytes) -> bytes:
     return value
 
 
+def copy_join(values: Sequence[bytes], separator: bytes) -> bytes:
+    """Escape ``values`` for COPY's text format and join them with ``separator``.
+
+    Compact JSON rarely holds a byte COPY must escape: one joined scan decides, and only a
+    batch that has one pays for escaping field by field.
+    """
+    together = b"".join(values)
+    if any(special in together for special in (b"\\", b"\n", b"\r", b"\t")):
+        return separator.join(copy_escape(value) for value in values)
+    return separator.join(values)
+
+
 def copy_field(value: str | int | None) -> bytes:
     """One COPY text field: ``\\N`` for NULL, escaped UTF-8 otherwise."""
     if value is None:

@@ -303,7 +303,7 @@ class PostgresStore:
             # Every row is "<type>\t<payload>\t<constant tail>\n": built with one join.
             head = rows.copy_field(params.type) + b"\t"
             tail = b"\t" + b"\t".join(fields) + b"\n"
-            data = head + (tail + head).join(rows.copy_escape(p) for p in params.payloads) + tail
+            data = head + rows.copy_join(params.payloads, tail + head) + tail
             query = store._q["job_copy_in_now" if run_at is None else "job_copy_in"]
             with conn.cursor() as cur, cur.copy(query) as copy:
                 copy.write(data)

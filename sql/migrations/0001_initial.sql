@@ -44,6 +44,12 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_claim_idx ON jobs (type, priority DESC, run_at, id)
     WHERE status = 'pending';
 
+-- The scoped backlog by (type, scope) in arrival order: grouped claims lease every due job of
+-- one (type, scope) by id. Partial on PENDING scoped rows, so unscoped jobs never enter it
+-- and a claimed job leaves it.
+CREATE INDEX jobs_pending_scope_idx ON jobs (type, scope_type, scope_id, id)
+    WHERE status = 'pending' AND scope_type IS NOT NULL;
+
 -- Live leases: the reaper scans by expiry; guards look up running rows by type and scope.
 CREATE INDEX jobs_lease_idx ON jobs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX jobs_running_idx ON jobs (type, scope_type, scope_id)

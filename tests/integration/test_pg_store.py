@@ -1,0 +1,131 @@
+"""PostgresStore plumbing: owned vs wrapped pools, connection settings, bound stores."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from golemq_pg._types import JobStatus, Resource, Scope
+from golemq_pg.store.port import (
+    CancelFilter,
+    ClaimRequest,
+    EnqueueManyParams,
+    EnqueueParams,
+    FailItem,
+    FindParams,
+    LeaseRef,
+    TypeSlots,
+)
+from golemq_pg.store.postgres import PostgresStore
+
+
+def test_owned_pool_sets_timeouts_and_utc(pg_dsn: str, schema: str) -> None:
+    with PostgresStore.connect(pg_dsn, schema=schema, statement_timeout=5, lock_timeout=2.5,
+                               idle_in_transaction_session_timeout=7) as store:
+        assert store.dsn == pg_dsn
+        assert store.schema == schema
+        with store.pool.connection() as conn:
+            settings = {
+                name: conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]  # type: ignore[index]
+                for name in ("statement_timeout", "lock_timeout",
+                             "idle_in_transaction_session_timeout", "TimeZone", "jit")
+            }
+            assert conn.autocommit
+    assert settings == {"statement_timeout": "5s", "lock_timeout": "2500ms",
+                        "idle_in_transaction_session_timeout": "7s", "TimeZone": "UTC",
+                        "jit": "off"}
+    assert store.pool.closed  # the context manager closed the owned pool
+
+
+def test_a_wrapped_non_autocommit_pool_works_and_stays_open(pg_dsn: str, schema: str) -> None:
+    pool: ConnectionPool[Any] = ConnectionPool(pg_dsn, min_size=1, max_size=2, open=True)
+    try:
+        with PostgresStore(pool, schema=schema) as store:
+            assert store.dsn is None
+            assert store.migrate()
+            store.job_enqueue(EnqueueParams(type="a", payload=b"{}"))
+            store.job_enqueue(EnqueueParams(type="g", payload=b"{}", scope=Scope("S", "1")))
+            store.job_enqueue_many(EnqueueManyParams(type="a", payloads=[b"{}"] * 3))
+            jobs = store.job_claim(ClaimRequest("w", [
+                TypeSlots("a", 10, 30), TypeSlots("g", 10, 30, serialize_by_scope=True)],
+                {"p": Resource(concurrency=5, types=["g"])}))
+            assert sorted(j.type for j in jobs) == ["a", "a", "a", "a", "g"]
+            refs = [LeaseRef(j.id, j.lease_token) for j in jobs]
+            assert store.job_complete_many("w", refs) == {j.id for j in jobs}
+            assert store.job_stats()["succeeded"] == 5
+            listener = store.open_listener()
+            assert listener is not None
+            store.job_enqueue(EnqueueParams(type="b", payload=b"{}"))
+            notes = listener.wait(2.0)
+            listener.close()
+            assert [n.items for n in notes] == [("b",)]
+        assert not pool.closed  # not ours to close
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        pool.close()
+
+
+def test_bound_store_verbs_roll_back_with_the_caller(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    job_id = pg_store.job_enqueue(EnqueueParams(type="a", payload=b"{}")).id
+    assert job_id is not None
+    with psycopg.connect(pg_dsn) as conn:
+        bound = pg_store.with_connection(conn)
+        assert [c.id for c in bound.job_cancel(CancelFilter(job_ids=[job_id]), "x")] == [job_id]
+        assert bound.job_get(job_id) is None
+        conn.rollback()
+    assert pg_store.job_get(job_id) is not None
+    bound.close()  # closing a bound store closes nothing
+    assert not pg_store.pool.closed
+
+
+def test_prune_by_age_and_cut_off_in_bounded_batches(pg_store: PostgresStore) -> None:
+    pg_store.job_enqueue_many(EnqueueManyParams(type="a", payloads=[b"{}"] * 10))
+    jobs = pg_store.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)]))
+    pg_store.job_complete_many("w", [LeaseRef(j.id, j.lease_token) for j in jobs[:6]])
+    pg_store.job_fail_many("w", [FailItem(j.id, j.lease_token, "E") for j in jobs[6:8]])
+    statuses = (JobStatus.SUCCEEDED, JobStatus.FAILED)
+    assert pg_store.job_prune(statuses, before=None, age=3600) == 0
+    later = pg_store.now() + timedelta(seconds=1)
+    assert pg_store.job_prune(statuses, before=later, age=None, limit=3) == 3
+    assert pg_store.job_prune((JobStatus.FAILED,), before=later, age=None) == 2
+    assert pg_store.job_prune(statuses, before=later, age=None) == 3
+    assert pg_store.job_count_by_status() == {
+        JobStatus.PENDING: 0, JobStatus.RUNNING: 2, JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 0
+    }
+    with pytest.raises(ValueError, match="before or age"):
+        pg_store.job_prune(statuses, before=None, age=None)
+
+
+def test_retry_failed_revives_dead_letters_and_wakes_workers(pg_store: PostgresStore) -> None:
+    pg_store.job_enqueue_many(EnqueueManyParams(type="a", payloads=[b"{}"] * 4,
+                                                scope=Scope("S", "1")))
+    jobs = pg_store.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)]))
+    pg_store.job_fail_many("w", [FailItem(j.id, j.lease_token, "E") for j in jobs])
+    listener = pg_store.open_listener()
+    assert listener is not None
+    try:
+        assert pg_store.job_retry_failed(FindParams(scope_type="S", scope_id="1", limit=1)) == 1
+        assert pg_store.job_retry_failed(FindParams(types=["other"], limit=None)) == 0
+        assert pg_store.job_retry_failed(FindParams(limit=None)) == 3
+        notes = listener.wait(2.0) + listener.wait(0.2)
+        assert [(n.kind, n.items) for n in notes] == [("jobs", ("a",)), ("jobs", ("a",))]
+    finally:
+        listener.close()
+    revived = pg_store.job_find(FindParams(statuses=[JobStatus.PENDING]))
+    assert len(revived) == 4
+    assert all(j.attempts == 0 and j.last_error is None for j in revived)
+    assert [j.id for j in revived] == sorted((j.id for j in revived), key=int, reverse=True)
+
+
+def test_ids_that_cannot_be_ours_match_nothing(pg_store: PostgresStore) -> None:
+    assert pg_store.job_get("not-a-number") is None
+    assert pg_store.job_get(str(2**70)) is None
+    assert pg_store.job_complete_many("w", [LeaseRef("x", 1)]) == set()
+    assert pg_store.job_cancel(CancelFilter(job_ids=["x"]), None) == []
