@@ -1,0 +1,252 @@
+"""The batched completion flusher: one thread acknowledges finished jobs in groups.
+
+Handler threads append outcomes to a deque (no lock, no round trip); the flusher wakes on
+the first one, lets a few milliseconds' worth accumulate (or ``max_items``), then writes
+them with one fenced statement per outcome kind (``job_complete_many``,
+``job_retry_many``, ``job_fail_many``, ``job_release_many``). Ids the store did not write
+were fenced out: the lease was lost (observers get ``"lease-lost"``) or the row was
+cancelled (nothing to report: it was reported when cancelled). A write that fails is
+retried with backoff, never dropped, until the worker's final flush gives up (then the
+leases simply expire and the reaper recovers the jobs: at-least-once).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from golemq_pg.store.port import FailItem, LeaseRef, RetryItem
+from golemq_pg.worker.runtime import LOG_IDS, _short
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.runtime import Runtime
+    from golemq_pg.worker.units import Unit
+
+log = structlog.get_logger("golemq_pg.worker.completer")
+
+COMPLETE = 0
+RETRY = 1
+FAIL = 2
+RELEASE = 3
+_NAMES = ("complete", "retry", "fail", "release")
+_OUTCOMES = ("succeeded", "retry-scheduled", "failed-terminal", "retry-scheduled")
+#: At most this many unwritten ids are looked up to tell a cancel from a lost lease.
+_LOOKUP_LIMIT = 50
+#: Most items per statement.
+_CHUNK = 1000
+#: Retries due within this many seconds wake the claim loop instead of waiting for a poll.
+SOON = 0.05
+
+Entry = tuple[int, "Unit", Sequence[Any], bool]
+
+
+class Completer:
+    """Buffers outcomes and writes them in batches from one thread."""
+
+    def __init__(self, runtime: Runtime, *, delay: float = 0.003, max_items: int = 500) -> None:
+        self.runtime = runtime
+        self.delay = delay
+        self.max_items = max(max_items, 1)
+        self._entries: deque[Entry] = deque()
+        self._pending = threading.Event()
+        self._full = threading.Event()
+        self._stop = threading.Event()
+        self._busy = False
+        #: Once set, a failing write is abandoned instead of retried (end of shutdown).
+        self.give_up_at: float | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- producers (handler threads, supervisor, shutdown) ---------------------------------
+    def complete(self, unit: Unit) -> None:
+        """The unit's handler succeeded."""
+        self._push((COMPLETE, unit, unit.refs, True))
+
+    def retry(self, unit: Unit, items: Sequence[RetryItem], *, consumed: bool) -> None:
+        """Retry these jobs of the unit after their delay."""
+        self._push((RETRY, unit, items, consumed))
+
+    def fail(self, unit: Unit, items: Sequence[FailItem]) -> None:
+        """Dead-letter these jobs of the unit."""
+        self._push((FAIL, unit, items, True))
+
+    def release(self, unit: Unit, *, emit: bool) -> None:
+        """Give the unit's jobs back, due now, attempt refunded."""
+        self._push((RELEASE, unit, unit.refs, emit))
+
+    def _push(self, entry: Entry) -> None:
+        entries = self._entries
+        entries.append(entry)
+        if not self._pending.is_set():
+            self._pending.set()
+        if len(entries) >= self.max_items and not self._full.is_set():
+            self._full.set()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being written."""
+        return not self._entries and not self._busy
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the flusher thread."""
+        self._thread = threading.Thread(target=self._loop, name="golemq-completer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Flush everything queued, then end the thread (waits up to ``timeout``)."""
+        self._stop.set()
+        self._pending.set()
+        self._full.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            if not self._stop.is_set():
+                self._pending.wait()
+                if not self._stop.is_set() and len(self._entries) < self.max_items:
+                    self._full.wait(self.delay)
+            self._pending.clear()
+            self._full.clear()
+            if self._entries:
+                self._busy = True
+                try:
+                    self.flush()
+                except BaseException as exc:
+                    log.exception("completer_internal_error", error_type=type(exc).__name__)
+                finally:
+                    self._busy = False
+                self.runtime.wake_claimer()
+            elif self._stop.is_set():
+                return
+
+    # -- writing ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write everything queued now (called by the flusher thread)."""
+        entries = self._entries
+        batch: list[list[Entry]] = [[], [], [], []]
+        while entries:
+            entry = entries.popleft()
+            batch[entry[0]].append(entry)
+        for kind in (COMPLETE, RETRY, FAIL, RELEASE):
+            if batch[kind]:
+                self._write(kind, batch[kind])
+
+    def _write(self, kind: int, group: list[Entry]) -> None:
+        items = [item for entry in group for item in entry[2]]
+        written: set[str] = set()
+        for start in range(0, len(items), _CHUNK):
+            chunk = items[start : start + _CHUNK]
+            done = self._call(kind, chunk)
+            if done is None:  # gave up (end of shutdown): the leases will expire
+                return
+            written |= done
+        self._report(kind, group, written)
+        if kind == FAIL and written:
+            dead = [(item, unit) for _, unit, items, _ in group for item in items
+                    if item.id in written]
+            log.warning(
+                "jobs_dead_lettered", worker_id=self.runtime.owner, count=len(dead),
+                job_ids=[item.id for item, _ in dead[:LOG_IDS]],
+                types=sorted({unit.pool.type for _, unit in dead}),
+                attempts=[_job(unit, item.id).attempt for item, unit in dead[:LOG_IDS]],
+                # The exception type only: a message may quote whatever the handler saw.
+                errors=sorted({(item.error or "").split(":", 1)[0] for item, _ in dead}),
+            )
+        if kind == RETRY and written:
+            # A retry due (almost) now has no NOTIFY (it is an UPDATE): tell the claim loop.
+            soon = {entry[1].pool.type for entry in group
+                    if any(item.delay < SOON for item in entry[2])}
+            if soon:
+                self.runtime.requeued(soon)
+
+    def _call(self, kind: int, chunk: list[Any]) -> set[str] | None:
+        store = self.runtime.store
+        owner = self.runtime.owner
+        failures = 0
+        while True:
+            try:
+                if kind == COMPLETE:
+                    return store.job_complete_many(owner, chunk)
+                if kind == RETRY:
+                    return store.job_retry_many(owner, chunk)
+                if kind == FAIL:
+                    return store.job_fail_many(owner, chunk)
+                return store.job_release_many(owner, chunk)
+            except Exception as exc:  # noqa: BLE001 - retried with backoff, never dropped
+                failures += 1
+                give_up = self.give_up_at is not None and time.monotonic() >= self.give_up_at
+                if failures == 1 or failures % 20 == 0 or give_up:
+                    log.warning(
+                        "completion_write_failed", worker_id=owner, outcome=_NAMES[kind],
+                        jobs=len(chunk), failures=failures, error_type=type(exc).__name__,
+                        error=_short(exc), giving_up=give_up,
+                    )
+                if give_up:
+                    return None
+                time.sleep(min(0.02 * 2 ** min(failures, 8), 2.0))
+
+    def _report(self, kind: int, group: list[Entry], written: set[str]) -> None:
+        runtime = self.runtime
+        hub = runtime.hub
+        unwritten: list[tuple[Any, Unit]] = []
+        outcome = _OUTCOMES[kind]
+        for _, unit, items, flag in group:
+            for item in items:
+                if item.id not in written:
+                    unwritten.append((item, unit))
+                elif hub and (kind != RELEASE or flag):
+                    job = _job(unit, item.id)
+                    attempts = job.attempt
+                    error = None
+                    if kind in (RETRY, FAIL):
+                        error = item.error
+                        if kind == RETRY and not flag:
+                            attempts -= 1
+                    elif kind == RELEASE:
+                        attempts -= 1
+                    duration = unit.finished_at - unit.started_at if unit.started_at else None
+                    hub.emit(job.id, job.type, job.scope, outcome, attempts, error=error,
+                             duration=duration)
+        if unwritten:
+            self._fenced_out(kind, unwritten)
+
+    def _fenced_out(self, kind: int, unwritten: list[tuple[Any, Unit]]) -> None:
+        """Ids the store refused: cancelled rows (silent) or lost leases (reported)."""
+        store = self.runtime.store
+        lost: list[tuple[Any, Unit]] = []
+        for item, unit in unwritten:
+            if len(unwritten) <= _LOOKUP_LIMIT:
+                try:
+                    if store.job_get(item.id) is None:
+                        continue  # cancelled while it ran: reported by the cancel
+                except Exception:  # noqa: BLE001 - diagnosis only; assume the lease was lost
+                    log.debug("fenced_lookup_failed", job_id=item.id)
+            lost.append((item, unit))
+        if not lost:
+            return
+        jobs = [_job(unit, item.id) for item, unit in lost]
+        log.warning(
+            "lease_lost", worker_id=self.runtime.owner, outcome=_NAMES[kind], count=len(jobs),
+            job_ids=[job.id for job in jobs[:LOG_IDS]],
+            types=sorted({job.type for job in jobs}),
+            attempts=[job.attempt for job in jobs[:LOG_IDS]],
+        )
+        hub = self.runtime.hub
+        if hub:
+            for job in jobs:
+                hub.emit(job.id, job.type, job.scope, "lease-lost", job.attempt)
+
+
+def _job(unit: Unit, job_id: str) -> Any:
+    for job in unit.jobs:
+        if job.id == job_id:
+            return job
+    return unit.jobs[0]  # pragma: no cover - items always come from the unit's jobs
+
+
+__all__ = ["COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef"]

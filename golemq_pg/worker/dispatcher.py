@@ -1,0 +1,271 @@
+"""The claim loop: one thread that leases due jobs for every handler type with room.
+
+One ``job_claim`` call covers every type with free capacity (per-type limits, lease and
+guard flags, in a rotating order so no type starves the others when ``batch_size`` caps
+the total). Claimed work goes to each type's buffer; the loop claims again when a buffer
+drains to its watermark, when a notification names a type it serves, or when the poll
+interval elapses, and never spins on an empty queue: after a short claim a type is only
+asked for again on a notification or at the next poll. Store errors back off (capped at a
+few seconds) and are logged at a bounded rate; the loop never dies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from golemq_pg.store.port import (
+    ClaimedJob,
+    ClaimRequest,
+    LeaseRef,
+    TypeSlots,
+    claim_blocked,
+)
+from golemq_pg.worker.blocked import BlockedReporter
+from golemq_pg.worker.pool import MAX_ADAPTIVE_PREFETCH
+from golemq_pg.worker.runtime import LOG_IDS, _short
+from golemq_pg.worker.units import Unit
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.pool import TypePool
+    from golemq_pg.worker.runtime import Runtime
+
+log = structlog.get_logger("golemq_pg.worker.dispatcher")
+
+#: Default most jobs per claim when ``batch_size`` is not given.
+DEFAULT_BATCH_CAP = MAX_ADAPTIVE_PREFETCH
+#: Weight of the newest claim round trip in the running average.
+_LATENCY_WEIGHT = 0.2
+#: Longest pause between claim retries while the store fails.
+MAX_ERROR_BACKOFF = 5.0
+#: While the store keeps failing, repeat the warning at most this often (seconds).
+ERROR_LOG_EVERY = 30.0
+
+
+class ClaimLoop:
+    """Leases jobs into the per-type buffers. See the module docstring."""
+
+    def __init__(self, runtime: Runtime, batch_size: int | None) -> None:
+        self.runtime = runtime
+        self.batch_size = batch_size or DEFAULT_BATCH_CAP
+        #: Running average of the claim round trip (seconds), for adaptive prefetch.
+        self.claim_seconds: float | None = None
+        self.poll_interval = runtime.config.poll_interval
+        #: Set when a claim made with nothing held and nothing to write came back empty.
+        self.drained = threading.Event()
+        self._stop = threading.Event()
+        self._next_poll = 0.0
+        self._rotation = 0
+        self._failures = 0
+        self._failing_since = 0.0
+        self._last_error_log = 0.0
+        self._thread: threading.Thread | None = None
+        self._blocked = BlockedReporter(runtime)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the claim thread."""
+        self._thread = threading.Thread(target=self._loop, name="golemq-claim", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming; waits for a claim in flight to be distributed."""
+        self._stop.set()
+        self.runtime.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- hints ------------------------------------------------------------------------------
+    def hint(self, types: Iterable[str]) -> None:
+        """Jobs of ``types`` became due (empty: any type): claim them now."""
+        self.runtime.hint(tuple(types))
+
+    def poll_now(self) -> None:
+        """Forget the poll schedule and claim at once (e.g. after the listener reconnected)."""
+        for pool in self.runtime.pools.values():
+            pool.hints += 1
+            pool.maybe_more = True
+        for tx_pool in self.runtime.tx_pools.values():
+            tx_pool.hint()
+        self._next_poll = 0.0
+        self.runtime.wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _loop(self) -> None:
+        runtime = self.runtime
+        wake = runtime.wake
+        while not self._stop.is_set():
+            wake.clear()
+            try:
+                waited = self._iteration()
+            except BaseException as exc:
+                log.exception("claim_loop_internal_error", error_type=type(exc).__name__,
+                          error=_short(exc))
+                self._stop.wait(1.0)
+                continue
+            if waited is not None:
+                wake.wait(waited if waited >= 0 else None)
+
+    def _iteration(self) -> float | None:
+        """Claim once if anything calls for it; return how long to wait (-1: until woken)."""
+        runtime = self.runtime
+        pools = list(runtime.pools.values())
+        now = time.monotonic()
+        idle = (
+            runtime.until_empty
+            and not self.drained.is_set()
+            and not runtime.busy()
+            and runtime.tx_idle()
+        )
+        if not pools:
+            # Only transactional types (or none): they claim by themselves.
+            if idle and runtime.maintained.is_set():
+                self.drained.set()
+            return -1.0
+        poll_due = now >= self._next_poll or idle
+        start = self._rotation % len(pools)
+        self._rotation += 1
+        ordered = pools[start:] + pools[:start]
+        open_pools = [(pool, pool.free()) for pool in ordered]
+        open_pools = [(pool, free) for pool, free in open_pools if free > 0]
+        if not open_pools:
+            return -1.0  # every type is full: a finishing handler wakes us
+        if not poll_due and not any(p.maybe_more and p.wants_claim() for p, _ in open_pools):
+            return max(self._next_poll - now, 0.0)
+        slots = self._slots(open_pools)
+        hints = {pool.type: pool.hints for pool, _ in open_pools}
+        began = time.monotonic()
+        jobs = self._claim(slots)
+        if jobs is None:
+            return None  # backed off inside _claim
+        self._tune(time.monotonic() - began)
+        self._next_poll = now + self.poll_interval
+        counts = self._distribute(jobs, now)
+        for slot in slots:
+            pool = runtime.pools[slot.type]
+            got = counts.get(slot.type, 0)
+            pool.maybe_more = got >= slot.limit or pool.hints != hints[slot.type]
+        self._blocked.observe(slots, counts, claim_blocked(jobs))
+        hinted = any(pool.hints != hints[pool.type] for pool, _ in open_pools)
+        if not jobs and idle and not hinted:
+            if not runtime.maintained.is_set():
+                # The first reaper pass may still return a crashed worker's jobs; it wakes
+                # this loop when done.
+                return self.poll_interval
+            self.drained.set()
+        return None if jobs else 0.0
+
+    def _tune(self, seconds: float) -> None:
+        avg = self.claim_seconds
+        avg = seconds if avg is None else avg + (seconds - avg) * _LATENCY_WEIGHT
+        self.claim_seconds = avg
+        for pool in self.runtime.pools.values():
+            pool.tune(avg)
+
+    def _slots(self, open_pools: Sequence[tuple[TypePool, int]]) -> list[TypeSlots]:
+        remaining = self.batch_size
+        slots: list[TypeSlots] = []
+        for pool, free in open_pools:
+            if remaining <= 0:
+                break
+            limit = min(free, remaining)
+            remaining -= limit
+            spec = pool.spec
+            slots.append(
+                TypeSlots(
+                    type=pool.type,
+                    limit=limit,
+                    lease_seconds=pool.lease_seconds,
+                    serialize_by_scope=spec.serialize_by_scope,
+                    not_while_running=spec.not_while_running,
+                    waits_for=spec.waits_for,
+                    grouped=spec.grouped,
+                    max_batch=spec.max_batch,
+                )
+            )
+        return slots
+
+    def _claim(self, slots: list[TypeSlots]) -> list[ClaimedJob] | None:
+        runtime = self.runtime
+        request = ClaimRequest(
+            owner=runtime.owner, types=slots, resources=runtime.config.resources
+        )
+        try:
+            jobs = runtime.store.job_claim(request)
+        except Exception as exc:  # noqa: BLE001 - any store error backs off, never kills
+            self._failed(exc)
+            return None
+        if self._failures:
+            log.info("claim_recovered", worker_id=runtime.owner, failures=self._failures,
+                     outage=round(time.monotonic() - self._failing_since, 3))
+            self._failures = 0
+        return jobs
+
+    def _failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if not self._failures:
+            self._failing_since = now
+        self._failures += 1
+        # The first retry is immediate: a single dead pooled connection (discarded by the
+        # pool on return) is the most common failure and the next one is usually fine.
+        backoff = 0.0 if self._failures == 1 else min(
+            0.05 * 2 ** min(self._failures - 2, 10), MAX_ERROR_BACKOFF
+        )
+        if self._failures == 1 or now - self._last_error_log >= ERROR_LOG_EVERY:
+            self._last_error_log = now
+            log.warning(
+                "claim_failed", worker_id=self.runtime.owner, failures=self._failures,
+                error_type=type(exc).__name__, error=_short(exc), retry_in=round(backoff, 3),
+            )
+        self._stop.wait(backoff)
+
+    def _distribute(self, jobs: list[ClaimedJob], claimed_at: float) -> dict[str, int]:
+        """Put claimed jobs into their types' buffers; returns units per type."""
+        pools = self.runtime.pools
+        counts: dict[str, int] = {}
+        groups: dict[tuple[str, Any], list[ClaimedJob]] = {}
+        strays: list[ClaimedJob] = []
+        for job in jobs:
+            pool = pools.get(job.type)
+            if pool is None:
+                strays.append(job)
+                continue
+            if pool.spec.grouped:
+                groups.setdefault((job.type, job.scope), []).append(job)
+                continue
+            unit = Unit(pool, (job,), claimed_at + pool.lease_seconds)
+            pool.active[unit.key] = unit
+            pool.buffer.put(unit)
+            counts[job.type] = counts.get(job.type, 0) + 1
+        for (job_type, _), members in groups.items():
+            pool = pools[job_type]
+            members.sort(key=lambda job: job.enqueued_at)  # stable: keeps the store's order
+            unit = Unit(pool, tuple(members), claimed_at + pool.lease_seconds)
+            pool.active[unit.key] = unit
+            pool.buffer.put(unit)
+            counts[job_type] = counts.get(job_type, 0) + 1
+        if strays:
+            self._release_strays(strays)
+        return counts
+
+    def _release_strays(self, strays: list[ClaimedJob]) -> None:
+        """The store returned types nobody asked for (a store bug): give them back."""
+        runtime = self.runtime
+        log.error(
+            "claim_returned_unrequested_types", worker_id=runtime.owner, count=len(strays),
+            job_ids=[job.id for job in strays[:LOG_IDS]],
+            types=sorted({job.type for job in strays}),
+        )
+        try:
+            runtime.store.job_release_many(
+                runtime.owner, [LeaseRef(job.id, job.lease_token) for job in strays]
+            )
+        except Exception as exc:  # noqa: BLE001 - the leases expire and the reaper recovers them
+            log.warning("release_failed", error_type=type(exc).__name__, error=_short(exc))
+
+
+__all__ = ["ClaimLoop"]

@@ -1,0 +1,112 @@
+"""The lease renewer: one ``lease_renew`` statement per tick for the leases that need it.
+
+Lease lengths (decided per type when the worker starts):
+
+* ``lease_duration`` set: every lease is ``lease_duration`` long and every held job
+  (buffered or running, any type) is renewed every ``lease_renew_interval`` (default
+  ``lease_duration / 3``) in one call.
+* ``lease_duration`` unset, type **with** ``timeout``: the lease is ``timeout + lease_grace``,
+  written once by the claim (no heartbeat while it runs: the timeout bounds the run).
+* ``lease_duration`` unset, type **without** ``timeout``: the lease is ``lease_grace`` and is
+  renewed every ``lease_grace / 3`` while the job runs. Without this, a long job with no
+  timeout would be reaped (and run twice) after ``lease_grace``; with it, a crashed worker's
+  jobs are still recovered within ``lease_grace`` of its death.
+
+Jobs still waiting in a local buffer are renewed as well, whatever their type, so prefetch
+never eats into the lease a job needs once it starts. A job the store did not renew (its
+lease expired and was reclaimed, or it was cancelled), or whose renewals keep failing until
+its lease must have run out, is aborted through its signal with reason ``"lease-lost"``;
+whatever its handler returns later is dropped (and the fenced store would change 0 rows).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from golemq_pg.worker.events import LEASE_LOST
+from golemq_pg.worker.runtime import Service, _short
+from golemq_pg.worker.units import BUFFERED, RUNNING, Unit
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.runtime import Runtime
+
+log = structlog.get_logger("golemq_pg.worker.leases")
+
+
+def renew_interval(runtime: Runtime) -> float:
+    """How often the renewer runs: a third of the shortest lease it keeps alive."""
+    cfg = runtime.config
+    if cfg.lease_duration is not None:
+        return cfg.lease_renew_interval or cfg.lease_duration / 3
+    leases = [pool.lease_seconds for pool in runtime.pools.values() if pool.lease_seconds > 0]
+    return min(leases) / 3 if leases else 10.0
+
+
+class LeaseRenewer(Service):
+    """Renews held leases in one call per lease length; aborts the ones that were lost."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__("golemq-renewer", runtime.owner)
+        self.runtime = runtime
+        self.interval = renew_interval(runtime)
+        self._failures = 0
+
+    def step(self) -> float:
+        """Renew once; wait one interval."""
+        self.renew_once()
+        return self.interval
+
+    def due(self) -> dict[float, list[Unit]]:
+        """The units to renew now, grouped by lease length in seconds."""
+        cfg = self.runtime.config
+        groups: dict[float, list[Unit]] = {}
+        for unit in self.runtime.held_units():
+            state = unit.state
+            if state not in (BUFFERED, RUNNING):
+                continue
+            pool = unit.pool
+            if cfg.lease_duration is not None:
+                seconds = cfg.lease_duration
+            elif state == RUNNING and pool.spec.timeout is not None:
+                continue  # written once: the timeout bounds the run
+            else:
+                seconds = pool.lease_seconds
+            groups.setdefault(seconds, []).append(unit)
+        return groups
+
+    def renew_once(self) -> None:
+        """One renewal pass over every lease that needs it."""
+        runtime = self.runtime
+        for seconds, units in self.due().items():
+            refs = [ref for unit in units for ref in unit.refs]
+            started = time.monotonic()
+            try:
+                renewed = runtime.store.lease_renew(runtime.owner, refs, seconds)
+            except Exception as exc:  # noqa: BLE001 - retried next tick; expiry aborts
+                self._failures += 1
+                if self._failures == 1 or self._failures % 10 == 0:
+                    log.warning(
+                        "lease_renew_failed", worker_id=runtime.owner, jobs=len(refs),
+                        failures=self._failures, error_type=type(exc).__name__,
+                        error=_short(exc),
+                    )
+                now = time.monotonic()
+                expired = [u for u in units if u.lease_deadline <= now]
+                if expired:
+                    runtime.abort(expired, LEASE_LOST)
+                continue
+            self._failures = 0
+            lost: list[Unit] = []
+            for unit in units:
+                if all(ref.id in renewed for ref in unit.refs):
+                    unit.lease_deadline = started + seconds
+                else:
+                    lost.append(unit)
+            if lost:
+                runtime.abort(lost, LEASE_LOST)
+
+
+__all__ = ["LeaseRenewer", "renew_interval"]

@@ -1,0 +1,95 @@
+"""The listener thread: turns store notifications into claim-loop wake-ups and aborts.
+
+* ``"jobs"`` naming a type this worker handles (or naming none: any type) wakes the claim
+  loop at once, so an idle worker starts a new job within milliseconds, not a poll interval.
+* ``"reconnected"`` (the store re-established LISTEN after a drop) forces a full re-poll:
+  hints sent during the gap are lost, the jobs are not.
+* ``"cancel"`` aborts the handlers of the listed job ids that run here (reason
+  ``"cancelled"``; the rows are already gone, so nothing is written for them).
+
+If the listener itself fails it is closed and reopened with backoff, followed by a re-poll.
+Correctness never depends on a notification: the claim loop also polls.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from golemq_pg.store.port import Listener
+from golemq_pg.worker.events import CANCELLED
+from golemq_pg.worker.runtime import Service
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.dispatcher import ClaimLoop
+    from golemq_pg.worker.runtime import Runtime
+
+log = structlog.get_logger("golemq_pg.worker.listener")
+
+#: How long one ``Listener.wait`` blocks; stopping closes the listener to cut it short.
+WAIT_SECONDS = 0.25
+
+
+class ListenerThread(Service):
+    """Waits on the store's listener and dispatches what arrives."""
+
+    def __init__(
+        self, runtime: Runtime, dispatcher: ClaimLoop, listener: Listener | None
+    ) -> None:
+        super().__init__("golemq-listener", runtime.owner)
+        self.runtime = runtime
+        self.dispatcher = dispatcher
+        self.listener = listener
+        self._reopen = listener is None
+
+    def step(self) -> float:
+        """Wait for notifications once (opening the listener first if needed)."""
+        listener = self.listener
+        if listener is None:
+            listener = self.runtime.store.open_listener()
+            if listener is None:  # the store has no wake-up source: poll only
+                log.info("listener_unavailable", worker_id=self.runtime.owner)
+                self.stop_event.set()
+                return 0.0
+            self.listener = listener
+            if self._reopen:
+                log.info("listener_reopened", worker_id=self.runtime.owner)
+            self._reopen = True
+            self.dispatcher.poll_now()
+        try:
+            notes = listener.wait(WAIT_SECONDS)
+        except Exception:
+            self.listener = None
+            self._close_quietly(listener)
+            if self.stop_event.is_set():
+                return 0.0
+            self.dispatcher.poll_now()
+            raise
+        for note in notes:
+            if note.kind == "jobs":
+                self.dispatcher.hint(note.items)
+            elif note.kind == "cancel":
+                if note.items:
+                    self.runtime.abort_ids(note.items, CANCELLED)
+            else:  # "reconnected" (or anything new): re-poll everything
+                self.dispatcher.poll_now()
+        return 0.0
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Close the listener (which ends a blocked wait) and join the thread."""
+        self.stop_event.set()
+        listener = self.listener
+        if listener is not None:
+            self._close_quietly(listener)
+        super().stop(timeout)
+
+    @staticmethod
+    def _close_quietly(listener: Listener) -> None:
+        try:
+            listener.close()
+        except Exception as exc:  # noqa: BLE001 - closing is best effort
+            log.debug("listener_close_failed", error_type=type(exc).__name__)
+
+
+__all__ = ["ListenerThread"]

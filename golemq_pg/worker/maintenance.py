@@ -1,0 +1,175 @@
+"""The maintenance loop: reaper, reconcile, schedules and retention, as small timed tasks.
+
+* **reaper** (every ``poll_interval``, between 0.1 s and 5 s): ``lease_recover_expired``
+  returns jobs whose lease ran out to PENDING, or dead-letters them past their budget.
+  Any worker reaps anyone's expired leases, so a SIGKILLed worker's jobs come back within
+  its lease plus one reaper interval.
+* **reconcile** (every ``poll_interval``): asks the store which of this worker's leases it
+  still holds; a job that vanished was cancelled by another process (its handler is aborted
+  with reason ``"cancelled"``), one that is still there belongs to someone else now
+  (``"lease-lost"``). This is the safety net under the cancel NOTIFY.
+* **schedules** (every ``poll_interval``, at most 1 s): fires due recurring schedules.
+* **retention** (every ``Retention.sweep_interval``, opt-in): prunes old finished rows.
+
+Each task fails on its own: an error is logged (rate-limited) and retried next time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from golemq_pg._schedule import next_tick
+from golemq_pg.worker.events import CANCELLED, LEASE_LOST
+from golemq_pg.worker.runtime import LOG_IDS, Service, _short
+from golemq_pg.worker.units import Unit
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.runtime import Runtime
+
+log = structlog.get_logger("golemq_pg.worker.maintenance")
+
+#: Most rows one reaper call recovers / one prune call deletes.
+REAP_LIMIT = 500
+PRUNE_LIMIT = 10_000
+#: Most vanished leases looked up one by one to tell a cancel from a lost lease.
+LOOKUP_LIMIT = 50
+
+
+class Task:
+    """A periodic task: runs ``fn`` every ``interval`` seconds; errors are contained."""
+
+    def __init__(self, name: str, interval: float, fn: Callable[[], None]) -> None:
+        self.name = name
+        self.interval = interval
+        self.fn = fn
+        self.next_at = 0.0
+        self.failures = 0
+
+
+class Maintenance(Service):
+    """Runs the maintenance tasks on one thread, each on its own timer."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__("golemq-maintenance", runtime.owner)
+        self.runtime = runtime
+        cfg = runtime.config
+        poll = cfg.poll_interval
+        self.tasks = [
+            Task("reaper", min(max(poll, 0.1), 5.0), self.reap),
+            Task("reconcile", max(poll, 0.05), self.reconcile),
+            Task("schedules", min(max(poll, 0.1), 1.0), self.fire_schedules),
+        ]
+        if cfg.retention is not None:
+            self.tasks.append(Task("retention", cfg.retention.sweep_interval, self.prune))
+
+    def step(self) -> float:
+        """Run every due task; return the wait until the next one."""
+        for task in self.tasks:
+            if self.stop_event.is_set():
+                break
+            if time.monotonic() < task.next_at:
+                continue
+            try:
+                task.fn()
+                if task.failures:
+                    log.info("maintenance_recovered", task=task.name, failures=task.failures)
+                task.failures = 0
+            except Exception as exc:  # noqa: BLE001 - one task's failure is contained
+                task.failures += 1
+                if task.failures == 1 or task.failures % 20 == 0:
+                    log.warning(
+                        "maintenance_failed", task=task.name, worker_id=self.runtime.owner,
+                        failures=task.failures, error_type=type(exc).__name__,
+                        error=_short(exc),
+                    )
+            task.next_at = time.monotonic() + task.interval
+        if not self.runtime.maintained.is_set():
+            self.runtime.maintained.set()
+            self.runtime.wake.set()
+        next_at = min((task.next_at for task in self.tasks), default=math.inf)
+        return max(next_at - time.monotonic(), 0.0)
+
+    # -- tasks ------------------------------------------------------------------------------
+    def reap(self) -> None:
+        """Recover expired leases (anyone's); report them to observers."""
+        runtime = self.runtime
+        while True:
+            recovered = runtime.store.lease_recover_expired(REAP_LIMIT)
+            if not recovered:
+                return
+            failed = [r for r in recovered if r.outcome == "failed-terminal"]
+            log.warning(
+                "jobs_reaped", worker_id=runtime.owner, count=len(recovered),
+                dead_lettered=len(failed), job_ids=[r.id for r in recovered[:LOG_IDS]],
+                types=sorted({r.type for r in recovered}),
+                attempts=[r.attempts for r in recovered[:LOG_IDS]],
+                owners=sorted({r.lease_owner or "?" for r in recovered})[:LOG_IDS],
+            )
+            hub = runtime.hub
+            if hub:
+                for r in recovered:
+                    hub.emit(r.id, r.type, r.scope, r.outcome, r.attempts,
+                             error="lease expired")
+            if len(recovered) < REAP_LIMIT or self.stop_event.is_set():
+                return
+
+    def reconcile(self) -> None:
+        """Abort local handlers whose lease vanished (cancelled elsewhere, or lost)."""
+        runtime = self.runtime
+        units = runtime.held_units()
+        if not units:
+            return
+        refs = [ref for unit in units for ref in unit.refs]
+        held = runtime.store.lease_held(runtime.owner, refs)
+        gone = [
+            unit for unit in units
+            if not unit.settled and not all(ref.id in held for ref in unit.refs)
+        ]
+        if not gone:
+            return
+        cancelled: list[Unit] = []
+        lost: list[Unit] = []
+        for unit in gone:
+            missing = next(ref.id for ref in unit.refs if ref.id not in held)
+            if len(gone) <= LOOKUP_LIMIT and runtime.store.job_get(missing) is None:
+                cancelled.append(unit)
+            else:
+                lost.append(unit)
+        if cancelled:
+            runtime.abort(cancelled, CANCELLED)
+        if lost:
+            runtime.abort(lost, LEASE_LOST)
+
+    def fire_schedules(self) -> None:
+        """Enqueue one job per due schedule tick."""
+        runtime = self.runtime
+        created = runtime.store.schedule_fire_due(next_tick)
+        if created:
+            log.info("schedules_fired", worker_id=runtime.owner, jobs=len(created),
+                     job_ids=created[:LOG_IDS])
+
+    def prune(self) -> None:
+        """Delete finished rows older than the retention age, in bounded chunks."""
+        runtime = self.runtime
+        retention = runtime.config.retention
+        if retention is None:  # pragma: no cover - the task exists only with retention
+            return
+        total = 0
+        while not self.stop_event.is_set():
+            deleted = runtime.store.job_prune(
+                retention.statuses, before=None, age=retention.older_than, limit=PRUNE_LIMIT
+            )
+            total += deleted
+            if deleted < PRUNE_LIMIT:
+                break
+        if total:
+            log.info("jobs_pruned", worker_id=runtime.owner, count=total,
+                     statuses=[str(s) for s in retention.statuses])
+
+
+__all__ = ["Maintenance", "Task"]

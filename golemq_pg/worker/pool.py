@@ -1,0 +1,211 @@
+"""Per-type slots: a buffer of claimed units and the threads that run them.
+
+Each handler type gets ``concurrency`` long-lived threads (slots) pulling units from one
+in-process buffer. There is no fixed executor: when a handler ignores its signal past
+``abandon_grace`` the supervisor writes its slot off and starts a replacement thread, so
+the type keeps its full concurrency; the stuck thread exits whenever its handler finally
+returns (its late result is dropped, the unit having been settled already). A handler that
+raises ``BaseException`` fails its attempt and its thread carries on.
+
+Capacity: a type holds at most ``concurrency + prefetch`` units (running plus buffered).
+The prefetch adapts to the handler: about twice what the slots finish during one claim
+round trip (both measured), so fast handlers never wait for a claim while slow handlers do
+not hoard jobs that other workers could run. It stays between ``concurrency`` and
+:data:`MAX_ADAPTIVE_PREFETCH` by default; with an explicit ``batch_size`` B it starts at B
+and stays between ``min(concurrency, 2B)`` and ``2B``, so the next batch of B can be claimed
+while the current one runs. The claim loop refills a type when its buffer drains to
+``watermark`` (half the prefetch), not per job.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import TYPE_CHECKING
+
+import structlog
+
+from golemq_pg.worker.execution import execute
+from golemq_pg.worker.handlers import HandlerSpec
+from golemq_pg.worker.units import FINISHED, Unit
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.runtime import Runtime
+
+log = structlog.get_logger("golemq_pg.worker.pool")
+
+#: Most jobs an adaptive prefetch buffers per type (also the default claim size cap).
+MAX_ADAPTIVE_PREFETCH = 500
+#: Weight of the newest handler duration in the running average.
+_DURATION_WEIGHT = 0.2
+
+
+class Slot:
+    """One handler thread. ``abandoned`` is set when the supervisor writes it off."""
+
+    __slots__ = ("abandoned", "number", "thread")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.abandoned = False
+        self.thread: threading.Thread | None = None
+
+
+class TypePool:
+    """The slots, buffer and bookkeeping of one handler type."""
+
+    transactional = False
+
+    def __init__(self, runtime: Runtime, spec: HandlerSpec, *, batch_size: int | None) -> None:
+        self.runtime = runtime
+        self.spec = spec
+        self.type = spec.type
+        concurrency = spec.concurrency
+        if batch_size is None:
+            self.max_prefetch = max(MAX_ADAPTIVE_PREFETCH, concurrency)
+            self.prefetch = concurrency
+        else:
+            self.max_prefetch = 2 * batch_size
+            self.prefetch = batch_size
+        self.min_prefetch = min(concurrency, self.max_prefetch)
+        self.capacity = concurrency + self.prefetch
+        self.watermark = self.prefetch // 2
+        #: Running average of handler durations (seconds); None until one finished.
+        self.avg_duration: float | None = None
+        cfg = runtime.config
+        if cfg.lease_duration is not None:
+            self.lease_seconds = cfg.lease_duration
+        elif spec.timeout is not None:
+            self.lease_seconds = spec.timeout + cfg.lease_grace
+        else:
+            self.lease_seconds = cfg.lease_grace
+        #: Units held: buffered, running, or finished but not yet let go. Keyed by unit key.
+        #: Plain dict operations are atomic under the GIL, so the hot path takes no lock.
+        self.active: dict[str, Unit] = {}
+        self.buffer: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        #: Whether the last claim filled this type's request (more may be due), or a
+        #: notification named it. Cleared when a claim comes back short.
+        self.maybe_more = True
+        #: Bumped by every hint, so a hint that arrives while a claim is in flight is not
+        #: lost when that claim comes back short.
+        self.hints = 0
+        self._slots: set[Slot] = set()
+        self._slots_lock = threading.Lock()
+        self._numbers = 0
+
+    # -- capacity ---------------------------------------------------------------------------
+    def free(self) -> int:
+        """How many more units this type may hold now."""
+        return self.capacity - len(self.active)
+
+    def wants_claim(self) -> bool:
+        """Free capacity, and the buffer has drained to the watermark."""
+        return len(self.active) < self.capacity and self.buffer.qsize() <= self.watermark
+
+    def record_duration(self, seconds: float) -> None:
+        """Fold one handler duration into the running average (races are harmless)."""
+        avg = self.avg_duration
+        self.avg_duration = seconds if avg is None else avg + (seconds - avg) * _DURATION_WEIGHT
+
+    def tune(self, claim_seconds: float) -> None:
+        """Adapt the prefetch to the handler speed and the claim round trip."""
+        avg = self.avg_duration
+        if avg is None:
+            return
+        concurrency = self.spec.concurrency
+        finished_per_claim = concurrency * claim_seconds / max(avg, 1e-6)
+        prefetch = int(min(max(2 * finished_per_claim, self.min_prefetch), self.max_prefetch))
+        if prefetch != self.prefetch:
+            self.prefetch = prefetch
+            self.capacity = concurrency + prefetch
+            self.watermark = prefetch // 2
+
+    # -- threads ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start ``concurrency`` handler threads."""
+        for _ in range(self.spec.concurrency):
+            self.spawn()
+
+    def spawn(self) -> Slot:
+        """Start one more handler thread (initially, or replacing an abandoned one)."""
+        with self._slots_lock:
+            self._numbers += 1
+            slot = Slot(self._numbers)
+            self._slots.add(slot)
+        thread = threading.Thread(
+            target=self._slot_loop, args=(slot,), daemon=True,
+            name=f"golemq-{self.type[:40]}-{slot.number}",
+        )
+        slot.thread = thread
+        thread.start()
+        return slot
+
+    def write_off(self, slot: Slot) -> None:
+        """Forget an abandoned slot and start a replacement (unless shutting down)."""
+        slot.abandoned = True
+        with self._slots_lock:
+            self._slots.discard(slot)
+        if not self.runtime.stopping:
+            self.spawn()
+
+    def live_slots(self) -> list[Slot]:
+        """Slots not written off."""
+        with self._slots_lock:
+            return list(self._slots)
+
+    def drain_buffer(self) -> list[Unit]:
+        """Take every buffered unit out (shutdown)."""
+        taken: list[Unit] = []
+        while True:
+            try:
+                unit = self.buffer.get_nowait()
+            except queue.Empty:
+                return taken
+            if unit is not None:
+                taken.append(unit)
+
+    def stop_threads(self) -> None:
+        """Wake every idle thread with a sentinel so it exits."""
+        for _ in self.live_slots():
+            self.buffer.put(None)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _slot_loop(self, slot: Slot) -> None:
+        runtime = self.runtime
+        get = self.buffer.get
+        qsize = self.buffer.qsize
+        wake = runtime.wake
+        while True:
+            unit = get()
+            if unit is None:
+                with self._slots_lock:
+                    self._slots.discard(slot)
+                return
+            try:
+                if runtime.stopping:
+                    self.release_unstarted(unit)
+                else:
+                    execute(self, slot, unit)
+            except BaseException as exc:
+                log.exception(
+                    "slot_internal_error", type=self.type, job_id=unit.key,
+                    error_type=type(exc).__name__,
+                )
+            if slot.abandoned:
+                return
+            if qsize() <= self.watermark and not wake.is_set():
+                wake.set()
+
+    def release_unstarted(self, unit: Unit) -> None:
+        """Give a buffered unit back to the queue (attempt refunded): shutdown path."""
+        runtime = self.runtime
+        with runtime.lock:
+            won = not unit.settled
+            unit.settled = True
+            unit.state = FINISHED
+        if won:
+            runtime.completer.release(unit, emit=False)
+        self.active.pop(unit.key, None)
+
+
+__all__ = ["Slot", "TypePool"]

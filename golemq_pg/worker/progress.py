@@ -1,0 +1,90 @@
+"""Coalesced progress writes: ``job.progress(value)`` without a round trip per call.
+
+The first report of a job is written at once; later ones at most every ``interval``
+seconds, the latest value winning (a deferred write is scheduled on the supervisor). When
+the handler returns, the latest unwritten value is written before the job's outcome, so the
+final progress is never lost. Writes are fenced like every lease write: a job whose lease
+is gone records nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from golemq_pg.store.port import LeaseRef
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.events import JobEvent
+    from golemq_pg.worker.runtime import Runtime
+
+log = structlog.get_logger("golemq_pg.worker.progress")
+
+_NOTHING: Any = None
+_CREATE_LOCK = threading.Lock()
+
+
+class ProgressReporter:
+    """Writes ``JobEvent.progress`` values through ``store.job_progress``, coalesced."""
+
+    def __init__(self, runtime: Runtime, *, interval: float = 0.2) -> None:
+        self.runtime = runtime
+        self.interval = interval
+
+    def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
+        """Record ``value`` for ``event``; write now or schedule a coalesced write."""
+        lock = event._progress_lock
+        if lock is None:
+            with _CREATE_LOCK:
+                lock = event._progress_lock
+                if lock is None:
+                    lock = event._progress_lock = threading.Lock()
+        with lock:
+            event._progress_pending = value
+            now = time.monotonic()
+            due = event._progress_at + self.interval
+            if now >= due:
+                self._write_locked(event, now)
+            elif not event._progress_scheduled:
+                event._progress_scheduled = True
+                self.runtime.supervisor.call_at(due, lambda: self._deferred(event))
+
+    def finish(self, event: JobEvent[Any]) -> None:
+        """Write the latest unwritten value before the job's outcome (handler thread)."""
+        lock = event._progress_lock
+        if lock is None:
+            return
+        with lock:
+            if event._progress_pending is not _NOTHING:
+                self._write_locked(event, time.monotonic())
+
+    def _deferred(self, event: JobEvent[Any]) -> None:
+        lock = event._progress_lock
+        if lock is None:  # pragma: no cover - scheduled only after the lock exists
+            return
+        with lock:
+            event._progress_scheduled = False
+            if event._progress_pending is not _NOTHING and not event.signal.cancelled:
+                self._write_locked(event, time.monotonic())
+
+    def _write_locked(self, event: JobEvent[Any], now: float) -> None:
+        value = event._progress_pending
+        if value is None:
+            return
+        event._progress_pending = _NOTHING
+        event._progress_at = now
+        try:
+            self.runtime.store.job_progress(
+                self.runtime.owner, LeaseRef(event.id, event._token), value
+            )
+        except Exception as exc:  # noqa: BLE001 - progress is best effort; the job goes on
+            log.warning(
+                "progress_write_failed", job_id=event.id, type=event.type,
+                attempt=event.attempt, error_type=type(exc).__name__,
+            )
+
+
+__all__ = ["ProgressReporter"]

@@ -1,0 +1,85 @@
+"""A unit of claimed work: one job, or one group of jobs for a grouped handler.
+
+A unit lives from the claim until its handler thread lets go of it. Two things about it are
+decided exactly once, under the runtime's lock:
+
+* its *state*: BUFFERED -> RUNNING -> FINISHED (the handler returned) or ABANDONED (the
+  handler ignored its signal past ``abandon_grace``; its thread is written off);
+* whether it is *settled*: the first party to settle a unit decides its outcome (the handler
+  thread with its result, the supervisor on abandon, or an abort for cancellation and lease
+  loss). Everyone else's result is dropped, which is how a late completion is discarded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from golemq_pg.store.port import ClaimedJob, LeaseRef
+from golemq_pg.worker.events import CancelSignal
+
+if TYPE_CHECKING:
+    from golemq_pg.worker.pool import Slot, TypePool
+    from golemq_pg.worker.transactional import TransactionalPool
+
+BUFFERED = 0
+RUNNING = 1
+FINISHED = 2
+ABANDONED = 3
+
+
+class Unit:
+    """Claimed work waiting in a buffer, running, or just finished."""
+
+    __slots__ = (
+        "abandon_at",
+        "deadline",
+        "finished_at",
+        "jobs",
+        "key",
+        "lease_deadline",
+        "pool",
+        "refs",
+        "settled",
+        "signal",
+        "slot",
+        "started_at",
+        "state",
+    )
+
+    def __init__(
+        self,
+        pool: TypePool | TransactionalPool,
+        jobs: tuple[ClaimedJob, ...],
+        lease_deadline: float,
+    ) -> None:
+        self.pool = pool
+        self.jobs = jobs
+        self.key = jobs[0].id
+        self.refs = tuple([LeaseRef(job.id, job.lease_token) for job in jobs])
+        self.signal = CancelSignal()
+        self.state = BUFFERED
+        self.settled = False
+        self.slot: Slot | None = None
+        self.started_at = 0.0
+        self.finished_at = 0.0
+        #: Monotonic time by which the timeout fires (None: no timeout).
+        self.deadline: float | None = None
+        #: Monotonic time after which an aborted handler is abandoned.
+        self.abandon_at: float | None = None
+        #: A conservative local estimate of when the lease expires (monotonic clock).
+        self.lease_deadline = lease_deadline
+
+    @property
+    def attempt(self) -> int:
+        """The highest attempt among the unit's jobs (1-based)."""
+        return max(job.attempt for job in self.jobs)
+
+    def holds(self, job_ids: set[str]) -> bool:
+        """Whether any of ``job_ids`` belongs to this unit."""
+        return any(job.id in job_ids for job in self.jobs)
+
+    def __repr__(self) -> str:
+        return f"Unit(key={self.key!r}, jobs={len(self.jobs)}, state={self.state})"
+
+
+__all__ = ["ABANDONED", "BUFFERED", "FINISHED", "RUNNING", "Unit"]

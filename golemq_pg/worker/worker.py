@@ -1,0 +1,447 @@
+"""The public ``Worker``: register handlers, then ``run()``, ``start()``/``stop()`` or
+``run_until_empty()``.
+
+A started worker runs these threads (DESIGN.md, "Threads, not asyncio"): one claim loop,
+``concurrency`` handler threads per type, one completion flusher, one lease renewer, one
+supervisor (timeouts and abandoned handlers), one listener (unless ``notify=False``) and one
+maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an event or
+a timer; none spins.
+
+In-process cancellation: a started worker registers with :mod:`golemq_pg._local` under its
+store's identity, so ``Queue.cancel*`` in the same process aborts the matching handlers
+synchronously (signal reason ``"cancelled"``) before it returns.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import FrameType, TracebackType
+from typing import Any, Generic, TypeVar, overload
+
+import structlog
+
+from golemq_pg import _local
+from golemq_pg._types import (
+    Duration,
+    JobType,
+    LifecycleObserver,
+    Resource,
+    Retention,
+    RetryStrategy,
+)
+from golemq_pg._validation import to_seconds
+from golemq_pg.errors import QueueConfigError
+from golemq_pg.store.port import JobStore
+from golemq_pg.worker.completer import Completer
+from golemq_pg.worker.config import WorkerConfig, build_config
+from golemq_pg.worker.dispatcher import ClaimLoop
+from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
+from golemq_pg.worker.handlers import HandlerRegistry, build_spec
+from golemq_pg.worker.leases import LeaseRenewer
+from golemq_pg.worker.listener import ListenerThread
+from golemq_pg.worker.maintenance import Maintenance
+from golemq_pg.worker.pool import TypePool
+from golemq_pg.worker.progress import ProgressReporter
+from golemq_pg.worker.runtime import Runtime, _short
+from golemq_pg.worker.shutdown import shut_down
+from golemq_pg.worker.supervisor import Supervisor
+from golemq_pg.worker.transactional import TransactionalPool, supports_transactional
+
+log = structlog.get_logger("golemq_pg.worker")
+
+P = TypeVar("P", bound=Mapping[str, Any])
+R = TypeVar("R")
+H = TypeVar("H", bound=Callable[..., object])
+
+
+class TypedHandler(Generic[P]):
+    """The decorator returned by ``worker.handler(SomeJobType)``: checks the handler's
+    event type against the JobType's payload type (for mypy), registers it, returns it."""
+
+    __slots__ = ("_register",)
+
+    def __init__(self, register: Callable[[Callable[..., object]], None]) -> None:
+        self._register = register
+
+    @overload
+    def __call__(self, fn: Callable[[JobEvent[P]], R]) -> Callable[[JobEvent[P]], R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[BatchEvent[P]], R]) -> Callable[[BatchEvent[P]], R]: ...
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        self._register(fn)
+        return fn
+
+
+class Worker:
+    """Claims jobs from a :class:`~golemq_pg.store.port.JobStore` and runs their handlers.
+
+    Every option is validated here (``QueueConfigError``); see API.md for their meaning.
+    Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
+    lease_grace`` written once at claim, and a type without one gets ``lease_grace``
+    renewed every ``lease_grace / 3`` while it runs (so long jobs are never reaped while
+    their worker lives); with ``lease_duration``, every held job is renewed every
+    ``lease_renew_interval``. See :mod:`golemq_pg.worker.leases`.
+
+    ``default_max_attempts`` is validated and kept for symmetry with ``Queue``: every job
+    carries the ``max_attempts`` it was enqueued with, and that is the budget the worker
+    honours. Only :meth:`run` installs signal handlers (main thread only).
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        poll_interval: Duration = 0.5,
+        notify: bool = True,
+        batch_size: int | None = None,
+        lease_duration: Duration | None = None,
+        lease_renew_interval: Duration | None = None,
+        lease_grace: Duration = 30,
+        base_backoff: Duration = 2,
+        max_backoff: Duration = 300,
+        abandon_grace: Duration = 5,
+        shutdown_grace: Duration = 15,
+        default_max_attempts: int = 3,
+        worker_id: str | None = None,
+        resources: Mapping[str, Resource] | None = None,
+        retention: Retention | None = None,
+        observers: Sequence[LifecycleObserver] = (),
+        retry_strategy: RetryStrategy | None = None,
+    ) -> None:
+        for verb in ("job_claim", "job_complete_many", "lease_renew", "open_listener"):
+            if not callable(getattr(store, verb, None)):
+                raise QueueConfigError("store must implement the JobStore port")
+        self.store = store
+        self.config: WorkerConfig = build_config(
+            poll_interval=poll_interval,
+            notify=notify,
+            batch_size=batch_size,
+            lease_duration=lease_duration,
+            lease_renew_interval=lease_renew_interval,
+            lease_grace=lease_grace,
+            base_backoff=base_backoff,
+            max_backoff=max_backoff,
+            abandon_grace=abandon_grace,
+            shutdown_grace=shutdown_grace,
+            default_max_attempts=default_max_attempts,
+            worker_id=worker_id,
+            resources=resources,
+            retention=retention,
+            observers=observers,
+            retry_strategy=retry_strategy,
+        )
+        self._handlers = HandlerRegistry()
+        self._state = "new"  # new -> running -> stopping -> stopped
+        self._state_lock = threading.Lock()
+        self._stop_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._hurry = threading.Event()
+        self._runtime: Runtime | None = None
+        self._claim_loop: ClaimLoop | None = None
+        self._services: list[Any] = []
+        self._unregister: Callable[[], None] | None = None
+        self._until_empty_requested = False
+
+    # -- introspection ----------------------------------------------------------------------
+    @property
+    def worker_id(self) -> str:
+        """The lease owner this worker writes (``host-pid-random`` unless given)."""
+        return self.config.worker_id
+
+    @property
+    def handler_types(self) -> tuple[str, ...]:
+        """The job types this worker handles, in registration order."""
+        return self._handlers.types
+
+    @property
+    def running(self) -> bool:
+        """Whether the worker has started and not stopped."""
+        return self._state == "running"
+
+    def __repr__(self) -> str:
+        return f"Worker(id={self.worker_id!r}, types={list(self.handler_types)}, {self._state})"
+
+    # -- registration -----------------------------------------------------------------------
+    @overload
+    def handler(
+        self,
+        job_type: JobType[P],
+        *,
+        concurrency: int = ...,
+        timeout: Duration | None = ...,
+        serialize_by_scope: bool = ...,
+        not_while_running: Sequence[str | JobType[Any]] | str = ...,
+        waits_for: Sequence[str | JobType[Any]] | str = ...,
+        grouped: bool = ...,
+        max_batch: int | None = ...,
+        transactional: bool = ...,
+    ) -> TypedHandler[P]: ...
+
+    @overload
+    def handler(
+        self,
+        job_type: str,
+        *,
+        concurrency: int = ...,
+        timeout: Duration | None = ...,
+        serialize_by_scope: bool = ...,
+        not_while_running: Sequence[str | JobType[Any]] | str = ...,
+        waits_for: Sequence[str | JobType[Any]] | str = ...,
+        grouped: bool = ...,
+        max_batch: int | None = ...,
+        transactional: bool = ...,
+    ) -> Callable[[H], H]: ...
+
+    def handler(
+        self,
+        job_type: str | JobType[Any],
+        *,
+        concurrency: int = 1,
+        timeout: Duration | None = None,
+        serialize_by_scope: bool = False,
+        not_while_running: Sequence[str | JobType[Any]] | str = (),
+        waits_for: Sequence[str | JobType[Any]] | str = (),
+        grouped: bool = False,
+        max_batch: int | None = None,
+        transactional: bool = False,
+    ) -> Any:
+        """Register the decorated function as the handler of ``job_type``.
+
+        Options are validated now (``QueueConfigError``); registering a type twice, or
+        after the worker started, is an error. The function is returned unchanged.
+        """
+        options = {
+            "concurrency": concurrency, "timeout": timeout,
+            "serialize_by_scope": serialize_by_scope, "not_while_running": not_while_running,
+            "waits_for": waits_for, "grouped": grouped, "max_batch": max_batch,
+            "transactional": transactional,
+        }
+        # Validate the options before the function is known, so a bad option fails at the
+        # decorator line.
+        build_spec(job_type, _placeholder, **options)
+        if transactional and not supports_transactional(self.store):
+            raise QueueConfigError(
+                "transactional handlers need a store with a transactional claim "
+                "(job_claim_transactional, e.g. PostgresStore); this store has none"
+            )
+
+        def register(fn: Callable[..., object]) -> None:
+            spec = build_spec(job_type, fn, **options)
+            with self._state_lock:
+                if self._state != "new":
+                    raise QueueConfigError("register handlers before the worker starts")
+                self._handlers.add(spec)
+
+        if isinstance(job_type, JobType):
+            return TypedHandler[Any](register)
+
+        def decorate(fn: H) -> H:
+            register(fn)
+            return fn
+
+        return decorate
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background threads and return at once (idempotent while running).
+
+        A stopped worker may be started again (fresh threads, same handlers and id): this
+        is what lets tests call ``run_until_empty`` repeatedly, e.g. after moving a fake
+        clock past a retry backoff.
+        """
+        with self._stop_lock, self._state_lock:
+            if self._state == "running":
+                return
+            if self._state == "stopping":  # pragma: no cover - excluded by _stop_lock
+                raise RuntimeError("the worker is stopping")
+            self._check_startup()
+            self._stop_requested.clear()
+            self._hurry.clear()
+            self._launch()
+            self._state = "running"
+        log.info(
+            "worker_started", worker_id=self.worker_id, types=list(self.handler_types),
+            notify=self.config.notify, poll_interval=self.config.poll_interval,
+        )
+
+    def _check_startup(self) -> None:
+        self._handlers.check_startup()
+        cfg = self.config
+        if cfg.lease_duration is None and cfg.lease_grace <= 0:
+            untimed = [spec.type for spec in self._handlers if spec.timeout is None]
+            if untimed:
+                raise QueueConfigError(
+                    "lease_grace must be > 0 for handlers without a timeout (their lease is "
+                    f"lease_grace): {untimed[:5]}; set lease_grace, a timeout or lease_duration"
+                )
+        if not len(self._handlers):
+            log.warning("worker_without_handlers", worker_id=self.worker_id)
+
+    def _launch(self) -> None:
+        cfg = self.config
+        runtime = Runtime(cfg, self.store)
+        for spec in self._handlers:
+            if spec.transactional:
+                runtime.tx_pools[spec.type] = TransactionalPool(runtime, spec)
+                continue
+            runtime.pools[spec.type] = TypePool(runtime, spec, batch_size=cfg.batch_size)
+        runtime.completer = Completer(runtime, max_items=max(cfg.batch_size or 0, 500))
+        runtime.supervisor = Supervisor(runtime)
+        runtime.reporter = ProgressReporter(runtime)
+        claim_loop = ClaimLoop(runtime, cfg.batch_size)
+        listener_thread: ListenerThread | None = None
+        if cfg.notify and (runtime.pools or runtime.tx_pools):
+            listener = None
+            try:
+                listener = self.store.open_listener()
+            except Exception as exc:  # noqa: BLE001 - the listener thread retries; polling covers the gap
+                log.warning("listener_open_failed", worker_id=cfg.worker_id,
+                            error_type=type(exc).__name__, error=_short(exc))
+            listener_thread = ListenerThread(runtime, claim_loop, listener)
+        self._runtime = runtime
+        self._claim_loop = claim_loop
+        runtime.until_empty = self._until_empty_requested
+        self._unregister = _local.register(self.store, self._abort_local)
+        runtime.completer.start()
+        runtime.supervisor.start()
+        for pool in runtime.pools.values():
+            pool.start()
+        for tx_pool in runtime.tx_pools.values():
+            tx_pool.start()
+        renewer = LeaseRenewer(runtime)
+        maintenance = Maintenance(runtime)
+        self._services = [renewer, maintenance]
+        if listener_thread is not None:
+            self._services.append(listener_thread)
+        for service in self._services:
+            service.start()
+        claim_loop.start()
+
+    def _abort_local(self, job_ids: Sequence[str], reason: str) -> None:
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.abort_ids(job_ids, CANCELLED, error=reason)
+
+    def abort_local(self, job_ids: Sequence[str], reason: str = CANCELLED) -> int:
+        """Abort the handlers of ``job_ids`` running here (the rows must already be gone).
+
+        ``Queue.cancel*`` calls this for every worker of the process through
+        :mod:`golemq_pg._local`; returns how many units were aborted.
+        """
+        runtime = self._runtime
+        if runtime is None:
+            return 0
+        return runtime.abort_ids(job_ids, CANCELLED, error=reason)
+
+    def stop(self, timeout: Duration | None = None) -> None:
+        """Graceful stop (idempotent): stop claiming, give back buffered jobs, let running
+        handlers finish for ``timeout`` seconds (default ``shutdown_grace``), then signal
+        them (reason ``"shutdown"``), abandon those that ignore it past ``abandon_grace``
+        and release their jobs; flush outcomes; close the listener."""
+        grace = self.config.shutdown_grace
+        if timeout is not None:
+            try:
+                grace = to_seconds(timeout, "timeout")
+            except ValueError as exc:
+                raise QueueConfigError(str(exc)) from None
+        self._stop_requested.set()
+        with self._stop_lock:
+            with self._state_lock:
+                if self._state in ("new", "stopped"):
+                    return
+                self._state = "stopping"
+            runtime = self._runtime
+            claim_loop = self._claim_loop
+            assert runtime is not None  # noqa: S101 - set by start
+            assert claim_loop is not None  # noqa: S101 - set by start
+            started = time.monotonic()
+            log.info("worker_stopping", worker_id=self.worker_id, grace=grace)
+            try:
+                shut_down(runtime, claim_loop, self._services, grace, self._hurry)
+            finally:
+                if self._unregister is not None:
+                    self._unregister()
+                    self._unregister = None
+                with self._state_lock:
+                    self._state = "stopped"
+            log.info("worker_stopped", worker_id=self.worker_id,
+                     seconds=round(time.monotonic() - started, 3))
+
+    def run(self) -> None:
+        """Start and block until SIGINT/SIGTERM (or ``stop()`` from another thread), then
+        shut down gracefully. A second signal cuts the shutdown grace short."""
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            self.start()
+            while not self._stop_requested.wait(1.0):
+                pass
+        finally:
+            try:
+                self.stop()
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        if self._stop_requested.is_set():
+            self._hurry.set()
+            log.warning("worker_shutdown_hurried", worker_id=self.worker_id, signal=signum)
+            return
+        log.info("worker_signal", worker_id=self.worker_id, signal=signum)
+        self._stop_requested.set()
+
+    def run_until_empty(self, timeout: Duration | None = None) -> None:
+        """Process until nothing is due and nothing runs, then stop and return.
+
+        Jobs parked in the future (``delay=``, retry backoff) are not due. With ``timeout``
+        (seconds) the worker stops after that long even if work remains.
+        """
+        limit = None
+        if timeout is not None:
+            try:
+                limit = to_seconds(timeout, "timeout")
+            except ValueError as exc:
+                raise QueueConfigError(str(exc)) from None
+        with self._state_lock:
+            self._until_empty_requested = True
+            if self._state == "running" and self._runtime is not None:
+                self._runtime.until_empty = True
+                self._runtime.wake.set()
+        self.start()
+        claim_loop = self._claim_loop
+        assert claim_loop is not None  # noqa: S101 - set by start
+        try:
+            if not claim_loop.drained.wait(limit):
+                log.warning("run_until_empty_timed_out", worker_id=self.worker_id,
+                            timeout=limit)
+        finally:
+            self._until_empty_requested = False
+            self.stop()
+
+    def __enter__(self) -> Worker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _placeholder(event: Any) -> None:
+    """Stands in for the handler while its options are validated."""
+
+
+__all__ = ["TypedHandler", "Worker"]

@@ -1,0 +1,156 @@
+"""Maintenance and resilience: blocked-type warnings, retention, schedules, a lost LISTEN
+connection, killed pool connections."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import psycopg
+import structlog
+from test_worker_helpers import effects, effects_table, record_effect, wait_until
+
+from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Retention, Worker
+
+
+def test_a_type_blocked_for_many_polls_logs_what_blocks_it(store: Any) -> None:
+    queue = Queue(store)
+    queue.add("import", {})  # nobody here handles it: "report" waits for it forever
+    queue.add("report", {})
+    worker = Worker(store, poll_interval=0.01)
+    worker.handler("report", waits_for=["import"])(lambda job: None)
+    with structlog.testing.capture_logs() as logs:
+        worker.start()
+        try:
+            wait_until(lambda: [e for e in logs if e["event"] == "type_blocked"], timeout=10)
+            time.sleep(0.3)  # the streak goes on: still one warning
+        finally:
+            worker.stop()
+    warnings = [e for e in logs if e["event"] == "type_blocked"]
+    assert len(warnings) == 1
+    assert warnings[0]["type"] == "report"
+    assert warnings[0]["blocked_by"] == "type import"
+
+
+def test_retention_prunes_old_finished_rows(store: Any) -> None:
+    queue = Queue(store)
+    ids = [queue.add("short-lived", {"n": n}) for n in range(5)]
+    first = Worker(store, poll_interval=0.05)
+    first.handler("short-lived")(lambda job: None)
+    first.run_until_empty(timeout=20)
+    assert all(queue.get(i) is not None for i in ids)  # type: ignore[arg-type]
+    time.sleep(0.3)
+    keeper = queue.add("pending-one", {})
+    worker = Worker(store, poll_interval=0.05,
+                    retention=Retention(older_than=0.2, sweep_interval=0.05))
+    worker.start()
+    try:
+        wait_until(lambda: all(queue.get(i) is None for i in ids), timeout=10)  # type: ignore[arg-type]
+    finally:
+        worker.stop()
+    assert keeper is not None
+    assert queue.get(keeper) is not None  # live work is never pruned
+
+
+def test_interval_schedules_fire_through_the_worker(store: Any) -> None:
+    queue = Queue(store)
+    queue.schedule("heartbeat", "beat", {"k": 1}, every=0.2)
+    runs: list[float] = []
+    worker = Worker(store, poll_interval=0.05)
+
+    @worker.handler("beat")
+    def beat(job: JobEvent[Any]) -> None:
+        assert job.payload == {"k": 1}
+        runs.append(time.monotonic())
+
+    worker.start()
+    try:
+        wait_until(lambda: len(runs) >= 3, timeout=10)
+    finally:
+        worker.stop()
+    gaps = [b - a for a, b in itertools.pairwise(runs)]
+    assert all(gap >= 0.15 for gap in gaps)  # repeat_from="finished": one at a time, spaced
+
+
+def _terminate(dsn: str, application_name: str, *, listen_only: bool = False) -> int:
+    """Kill this test's backends (by application name), or only its LISTEN connection."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid() "
+            "AND (NOT %s OR query LIKE 'LISTEN%%')",
+            (application_name, listen_only),
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_dropped_listen_connection_reconnects_and_repolls(pg_dsn: str, schema: str) -> None:
+    app = "wtest-" + uuid.uuid4().hex[:10]
+    store = PostgresStore.connect(pg_dsn, schema=schema, max_size=4, application_name=app)
+    store.migrate()
+    try:
+        queue = Queue(store)
+        worker = Worker(store, poll_interval=30)  # only hints (and re-polls) can be fast
+        done: list[str] = []
+        lock = threading.Lock()
+
+        @worker.handler("hinted", concurrency=4)
+        def hinted(job: JobEvent[Any]) -> None:
+            with lock:
+                done.append(job.id)
+
+        worker.start()
+        try:
+            time.sleep(0.3)
+            assert _terminate(pg_dsn, app, listen_only=True) >= 1
+            queue.add_many("hinted", [{"n": n} for n in range(100)])
+            wait_until(lambda: len(done) == 100, timeout=15)
+            assert queue.add("hinted", {"after": True})
+            wait_until(lambda: len(done) == 101, timeout=5)  # LISTEN works again
+        finally:
+            worker.stop(timeout=2)
+    finally:
+        store.close()
+
+
+def test_killed_pool_connections_do_not_stop_the_drain(pg_dsn: str, schema: str) -> None:
+    app = "wtest-" + uuid.uuid4().hex[:10]
+    store = PostgresStore.connect(pg_dsn, schema=schema, max_size=6, application_name=app)
+    store.migrate()
+    effects_table(pg_dsn, schema)
+    try:
+        queue = Queue(store)
+        queue.add_many("work", [{"n": n} for n in range(3000)])
+        worker = Worker(store, poll_interval=0.05, batch_size=50)
+        count = [0]
+        lock = threading.Lock()
+        # The ledger has its own connection (another application name): only the
+        # worker's connections are killed.
+        ledger = psycopg.connect(pg_dsn, autocommit=True)
+
+        @worker.handler("work", concurrency=4)
+        def work(job: JobEvent[Any]) -> None:
+            with lock:
+                record_effect(ledger, schema, job.id, job.attempt, "w")
+                count[0] += 1
+
+        worker.start()
+        try:
+            wait_until(lambda: count[0] >= 300, timeout=60)
+            for _ in range(3):
+                _terminate(pg_dsn, app)
+                time.sleep(0.1)
+            wait_until(lambda: queue.count_by_status()[JobStatus.SUCCEEDED] == 3000, timeout=120,
+                       interval=0.1)
+        finally:
+            worker.stop(timeout=2)
+            ledger.close()
+        per_job = Counter(row[0] for row in effects(pg_dsn, schema))
+        assert len(per_job) == 3000
+        assert max(per_job.values()) == 1
+    finally:
+        store.close()
