@@ -21,6 +21,7 @@ import orjson
 import psycopg
 import structlog
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
@@ -166,6 +167,20 @@ class PostgresStore:
     def dsn(self) -> str | None:
         """The DSN given to :meth:`connect` (None when wrapping an existing pool)."""
         return self._shared.dsn
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """Which queue this is (server, database, schema): stores sharing it in one process
+        abort each other's local handlers synchronously on cancel (see golemq_pg._local)."""
+        conninfo = self._shared.pool.conninfo
+        info: dict[str, Any] = {}
+        if isinstance(conninfo, str):  # a callable conninfo cannot be read without calling it
+            try:
+                info = conninfo_to_dict(conninfo)
+            except psycopg.ProgrammingError:
+                info = {}
+        keys = ("host", "hostaddr", "port", "dbname", "user")
+        return (*(str(info.get(k) or "") for k in keys), self.schema)
 
     @property
     def pool(self) -> ConnectionPool[Any]:
