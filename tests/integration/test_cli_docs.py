@@ -1,0 +1,183 @@
+"""The documentation stays true: README examples run, its commands work, ARCHITECTURE's
+state table is the code's, and CI runs the test command the README gives."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from golemq_pg._types import TRANSITIONS
+from golemq_pg.cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+BIN = str(Path(sys.executable).parent)
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.DOTALL)
+
+
+def _env(dsn: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
+    env.update(DSN=dsn, GOLEMQ_DSN=dsn, PATH=BIN + os.pathsep + env.get("PATH", ""))
+    return env
+
+
+def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one() -> None:
+    (block,) = _blocks(_section(README, "Quick start"), "sh")
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert len(lines) == 2
+    assert "golemq-pg demo" in lines[0]
+    ci = (ROOT / ".ci" / "run").read_text()
+    match = re.search(r"^TEST_COMMAND='([^']+)'$", ci, flags=re.MULTILINE)
+    assert match is not None
+    assert lines[1].endswith("&& " + match.group(1))
+    assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def test_architecture_state_table_is_the_transition_table() -> None:
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    rows = set(re.findall(r"^\| `(\w+)` \| (\w+) \| `(\w+)` \|", text, flags=re.MULTILINE))
+    expected = {(old.value, verb, new.value) for (old, verb), new in TRANSITIONS.items()}
+    assert rows == expected
+
+
+def test_every_command_is_documented() -> None:
+    table = _section(README, "Command line")
+    for name in cli.commands:
+        assert f"`golemq-pg {name}" in table, name
+
+
+@pytest.fixture
+def doc_schema(pg_dsn: str) -> Iterator[str]:
+    """A schema named like the README's ("golemq") but unique; dropped afterwards."""
+    name = "golemq_doc_" + uuid.uuid4().hex[:10]
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+PRELUDE = '''
+class _Stub:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+def load(article_id): return None
+def process(chunk): return None
+def rate_limited(): return False
+def deliver(payload): return None
+def mail_digest(items): return None
+statsd = _Stub()
+'''
+
+
+def test_using_it_examples_run(pg_dsn: str, doc_schema: str) -> None:
+    code = "\n".join(_blocks(_section(README, "Using it"), "python"))
+    code = code.replace('"postgresql://app@db/app", schema="golemq"',
+                        f'{pg_dsn!r}, schema={doc_schema!r}')
+    assert doc_schema in code
+    # Run the first worker until its due work is done instead of forever.
+    assert code.count("worker.run()") == 1
+    code = code.replace("worker.run()", "worker.run_until_empty(timeout=120)")
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(PRELUDE + code, "README.md", "exec"), namespace)  # noqa: S102 - our README
+    store = namespace["store"]
+    try:
+        stats = namespace["queue"].stats()  # type: ignore[attr-defined]
+        # 10,001 emails were sent by the first worker; the rest is parked or unhandled.
+        assert stats["succeeded"] == 10_001, stats
+        assert stats["failed"] == 0
+    finally:
+        store.close()  # type: ignore[attr-defined]
+
+
+def _sh_blocks_about(section: str, needle: str) -> str:
+    (block,) = [b for b in _blocks(_section(README, section), "sh") if needle in b]
+    return block
+
+
+@pytest.mark.parametrize("variant", ["golemq-pg sql", "for f in sql/migrations"])
+def test_psql_install_commands_work(pg_dsn: str, doc_schema: str, variant: str) -> None:
+    if shutil.which("psql") is None:
+        pytest.skip("psql is not installed")
+    script = _sh_blocks_about("Installing the SQL with psql", variant)
+    script = re.sub(r"\bgolemq\b(?!-pg)", doc_schema, script)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT,
+                          env=_env(pg_dsn), capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    migrate = subprocess.run([sys.executable, "-m", "golemq_pg.cli", "--schema", doc_schema,
+                              "migrate"], env=_env(pg_dsn), capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert migrate.returncode == 0, migrate.stderr
+    assert "applied" not in migrate.stdout  # psql installed every migration, with its ledger
+
+
+def test_documented_grants_are_enough_for_the_runtime_role(pg_dsn: str, doc_schema: str) -> None:
+    (grants,) = _blocks(_section(README, "Least-privilege grants"), "sql")
+    role = "golemq_doc_rt_" + uuid.uuid4().hex[:8]
+    grants = re.sub(r"\bgolemq\b", doc_schema, grants).replace("app_runtime", role)
+    cli_cmd = [sys.executable, "-m", "golemq_pg.cli", "--schema", doc_schema]
+    assert subprocess.run([*cli_cmd, "migrate"], env=_env(pg_dsn), timeout=60,
+                          check=False).returncode == 0
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(grants.encode())
+        runtime_dsn = psycopg.conninfo.make_conninfo(pg_dsn, user=role)
+        env = _env(runtime_dsn)
+        for args in (["enqueue", "doc.echo", "{}", "--scope", "A:1", "--dedupe-key", "k"],
+                     ["enqueue", "doc.echo", "{}", "--delay", "1h"], ["stats"],
+                     ["failed"], ["retry-failed"], ["prune", "--older-than", "0s"]):
+            done = subprocess.run([*cli_cmd, *args], env=env, capture_output=True, text=True,
+                                  timeout=60, check=False)
+            assert done.returncode == 0, (args, done.stderr)
+        # The runtime role runs a worker: claim, guards, resource pool budget, completion.
+        worker = (
+            "import os\n"
+            "from golemq_pg import PostgresStore, Resource, Worker\n"
+            f"store = PostgresStore.connect(os.environ['GOLEMQ_DSN'], schema={doc_schema!r})\n"
+            "w = Worker(store, resources={'p': Resource(concurrency=1, rate_per_minute=10,"
+            " types=['doc.echo'])})\n"
+            "w.handler('doc.echo', serialize_by_scope=True)(lambda job: job.progress(1.0))\n"
+            "w.run_until_empty(timeout=60)\n"
+            "store.close()\n"
+        )
+        ran = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True,
+                             text=True, timeout=120, check=False)
+        assert ran.returncode == 0, ran.stderr
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'succeeded'").format(
+                    sql.Identifier(doc_schema)
+                )
+            ).fetchone()
+        assert row == (1,)
+        # ... and cannot change the schema.
+        ddl = subprocess.run([*cli_cmd, "migrate"], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert ddl.returncode == 1
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(doc_schema)))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
