@@ -304,10 +304,8 @@ def stats(watch: bool, interval: float, as_json: bool) -> None:
 def collect_stats(store: Any) -> dict[str, Any]:
     """Totals, per-type counts and the oldest due age, as plain JSON-ready data."""
     totals = dict(store.job_stats())
-    by_type_fn = getattr(store, "job_stats_by_type", None)
-    oldest_fn = getattr(store, "job_oldest_due_age", None)
-    by_type = {str(k): dict(v) for k, v in by_type_fn().items()} if by_type_fn else None
-    oldest = oldest_fn() if oldest_fn else None
+    by_type = {str(k): dict(v) for k, v in store.job_stats_by_type().items()}
+    oldest = store.job_oldest_due_age()
     return {
         "totals": totals,
         "due_backlog": int(totals.get("pending", 0)),
@@ -329,14 +327,12 @@ def render_stats(data: dict[str, Any]) -> Any:
     table.add_column("type")
     for column in _COLUMNS:
         table.add_column(column, justify="right")
-    for name, counts in sorted((data["by_type"] or {}).items()):
+    for name, counts in sorted(data["by_type"].items()):
         table.add_row(name, *(str(counts.get(c, 0)) for c in _COLUMNS))
     table.add_row("[bold]all[/bold]", *(str(data["totals"].get(c, 0)) for c in _COLUMNS))
     oldest = data["oldest_due_age_seconds"]
     lines = [f"due backlog: {data['due_backlog']}",
              "oldest due job: " + ("-" if oldest is None else f"{oldest:.1f}s ago")]
-    if data["by_type"] is None:
-        lines.append("(per-type counts and oldest due age need a newer store)")
     return Group(table, *lines)
 
 

@@ -404,6 +404,33 @@ class InMemoryStore:
                     stats[row.status.value] += 1
             return stats
 
+    def job_stats_by_type(self) -> dict[str, dict[str, int]]:
+        """``job_stats`` buckets per job type."""
+        with self._lock:
+            now = self._read_clock()
+            out: dict[str, dict[str, int]] = {}
+            for row in self._jobs.rows.values():
+                stats = out.setdefault(
+                    row.type,
+                    dict.fromkeys(("pending", "scheduled", "running", "succeeded", "failed"), 0),
+                )
+                if row.status is JobStatus.PENDING:
+                    stats["pending" if row.run_at <= now else "scheduled"] += 1
+                else:
+                    stats[row.status.value] += 1
+            return out
+
+    def job_oldest_due_age(self) -> float | None:
+        """Seconds the oldest due PENDING job has waited; None when nothing is due."""
+        with self._lock:
+            now = self._read_clock()
+            due = [
+                row.run_at
+                for row in self._jobs.rows.values()
+                if row.status is JobStatus.PENDING and row.run_at <= now
+            ]
+            return (now - min(due)).total_seconds() if due else None
+
     def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
         """Delete matching pending/running jobs; announce the running ones to listeners."""
         del reason  # nothing stores it; the Queue passes it to observers and workers
@@ -529,6 +556,7 @@ class InMemoryStore:
     def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids.
 
+        Each job's ``run_at`` is the tick it was fired for (at or before now, so due at once).
         ``next_tick`` returning None leaves the schedule waiting until the job it produced
         finishes, after which a pass sets its next run to that finish time plus ``every``
         (or to now, when the job was deleted). A schedule whose ``next_tick`` raises is
@@ -539,8 +567,9 @@ class InMemoryStore:
             self._schedules.resume_finished(self._jobs, now)
             created: list[JobRow] = []
             for schedule in self._schedules.due(now, limit):
+                due = self._schedules.tick(schedule)
                 try:
-                    following = next_tick(self._schedules.tick(schedule), now)
+                    following = next_tick(due, now)
                 except Exception:  # noqa: BLE001 - one bad schedule must not stop the rest
                     log.warning("schedule next tick failed", key=schedule.key, type=schedule.type)
                     continue
@@ -549,7 +578,7 @@ class InMemoryStore:
                     schedule.payload,
                     schedule.scope,
                     schedule.priority,
-                    now,
+                    due.next_run_at,  # the job's run_at is the tick it stands for
                     schedule.max_attempts,
                     None,
                     now,

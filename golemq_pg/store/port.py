@@ -314,6 +314,12 @@ class JobStore(Protocol):
     def job_stats(self) -> dict[str, int]:
         """pending (due now), scheduled (future), running, succeeded, failed."""
 
+    def job_stats_by_type(self) -> dict[str, dict[str, int]]:
+        """``job_stats`` buckets per job type (types with no rows are absent)."""
+
+    def job_oldest_due_age(self) -> float | None:
+        """Seconds since the oldest due PENDING job became due; None when nothing is due."""
+
     def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
         """Delete matching jobs; announce running ones to their workers."""
 
@@ -357,3 +363,31 @@ def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 
 TransactionalClaim = AbstractContextManager[tuple[ClaimedJob, Any] | None]
+"""What ``job_claim_transactional`` returns: a context manager yielding ``(job, connection)``
+(the open claim transaction) or None when nothing is due."""
+
+
+@runtime_checkable
+class TransactionalJobStore(JobStore, Protocol):
+    """Optional verbs of a store that can run transactional handlers (``PostgresStore``).
+
+    A worker uses them only for handlers registered with ``transactional=True``; a store
+    without them (``InMemoryStore``) refuses such handlers at registration.
+    """
+
+    def job_claim_transactional(self, request: ClaimRequest) -> TransactionalClaim:
+        """Claim one job inside an open transaction; yield ``(job, connection)`` or None.
+
+        The handler's writes on ``connection`` and the job's completion (through
+        :meth:`with_connection`) commit with the claim. If the block raises, the writes made
+        inside it roll back, the claim commits (the attempt counts) and the exception
+        propagates, so the caller records the retry or failure with the ordinary verbs.
+        """
+
+    def with_connection(self, conn: Any) -> JobStore:
+        """A store whose verbs run on ``conn`` (the caller's transaction), never committing."""
+
+    def job_interrupt_transactional(self, conn: Any) -> None:
+        """Cancel the statement running on ``conn`` (a connection yielded by
+        :meth:`job_claim_transactional`), from any thread; a no-op when none is running.
+        The worker calls it when a transactional handler times out or is aborted."""

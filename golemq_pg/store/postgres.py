@@ -220,12 +220,28 @@ class PostgresStore:
         return self._shared.queries
 
     @contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection from the pool; one found read-only is thrown away.
+
+        A session that started read-only (``default_transaction_read_only`` set on the role
+        or database for a while, or a standby behind a failover address) stays read-only for
+        its whole life, so the pool would hand the same refusing connections out forever.
+        Closing it makes the pool open a fresh one, which sees the current setting.
+        """
+        with self._shared.pool.connection() as conn:
+            try:
+                yield conn
+            except pg_errors.ReadOnlySqlTransaction:
+                conn.close()
+                raise
+
+    @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection for one statement (autocommit on our pool: its own transaction)."""
         if self._bound is not None:
             yield self._bound
         else:
-            with self._shared.pool.connection() as conn:
+            with self._pooled() as conn:
                 yield conn
 
     @contextmanager
@@ -239,7 +255,7 @@ class PostgresStore:
             else:
                 yield conn
             return
-        with self._shared.pool.connection() as conn:
+        with self._pooled() as conn:
             if conn.autocommit:
                 with conn.transaction():
                     yield conn
@@ -334,7 +350,7 @@ class PostgresStore:
         claimer = self._shared.claimer
         if self._bound is not None:
             return claimer.run(self._bound, request, managed=self._bound.autocommit)
-        with self._shared.pool.connection() as conn:
+        with self._pooled() as conn:
             return claimer.run(conn, request, managed=True)
 
     @contextmanager
@@ -359,7 +375,7 @@ class PostgresStore:
             resources=request.resources,
         )
         error: BaseException | None = None
-        with self._shared.pool.connection() as conn, conn.transaction():
+        with self._pooled() as conn, conn.transaction():
             jobs = self._shared.claimer.run(conn, single, managed=False)
             if not jobs:
                 yield None
@@ -371,6 +387,18 @@ class PostgresStore:
                 error = exc
         if error is not None:
             raise error
+
+    def job_interrupt_transactional(self, conn: psycopg.Connection[Any]) -> None:
+        """Cancel the statement running on a transactional claim's connection.
+
+        Safe from any thread (a protocol-level cancel request, no SQL); the server ignores
+        it when the connection is between statements. A timed-out or aborted transactional
+        handler blocked in a long statement thereby gets an error and its writes roll back.
+        """
+        try:
+            conn.cancel_safe(timeout=5.0)
+        except (psycopg.Error, OSError) as exc:
+            log.info("transactional interrupt failed", error=type(exc).__name__)
 
     def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
@@ -472,24 +500,56 @@ class PostgresStore:
         keys = ("pending", "scheduled", "running", "succeeded", "failed")
         return {key: int(value) for key, value in zip(keys, row, strict=True)}
 
+    def job_stats_by_type(self) -> dict[str, dict[str, int]]:
+        """``job_stats`` buckets per job type."""
+        keys = ("pending", "scheduled", "running", "succeeded", "failed")
+        return {
+            str(row[0]): {key: int(value) for key, value in zip(keys, row[1:], strict=True)}
+            for row in self._fetch("job_stats_by_type")
+        }
+
+    def job_oldest_due_age(self) -> float | None:
+        """Seconds the oldest due PENDING job has waited; None when nothing is due."""
+        value = self._fetch("job_oldest_due_age")[0][0]
+        return None if value is None else max(float(value), 0.0)
+
     def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
         """Delete matching live jobs; NOTIFY the ids of running ones on the cancel channel.
 
         ``reason`` is for the caller's own signalling; it is not stored or sent.
+
+        Rows held by transactional handlers (an open claim transaction locks the row) are
+        announced on the cancel channel *before* the DELETE waits for their locks, so their
+        workers abort them and the DELETE lands within milliseconds; pending-only cancels
+        skip such rows, since they are running work (see ``sql/queries/cancel.sql``).
         """
         if selector.job_ids:
-            name = "job_cancel_ids"
+            kind = "ids"
             args: dict[str, Any] = {"ids": rows.int_ids(selector.job_ids)}
         elif selector.scope is not None:
-            name = "job_cancel_scope"
+            kind = "scope"
             args = {"scope_type": selector.scope[0], "scope_id": selector.scope[1]}
         elif selector.type is not None and selector.dedupe_keys:
-            name = "job_cancel_keys"
+            kind = "keys"
             args = {"type": selector.type, "keys": list(selector.dedupe_keys)}
         else:
             return []
-        args["pending_only"] = selector.pending_only
+        if selector.pending_only:
+            name = "job_cancel_pending_" + kind
+        else:
+            name = "job_cancel_" + kind
+            args["pending_only"] = False
         cancel_channel = self.channels()[1]
+        if not selector.pending_only and self._bound is None:
+            # Inside a caller's transaction the announcement would only be delivered at
+            # its commit, after the DELETE waited: there the DELETE simply waits.
+            locked = [int(r[0]) for r in self._fetch("job_cancel_locked_" + kind, args)]
+            if locked:
+                with self._connection() as conn:
+                    for chunk in rows.json_array_chunks(locked):
+                        conn.execute(
+                            self._q["notify"], {"channel": cancel_channel, "payload": chunk}
+                        )
         for attempt in range(1, _WRITE_ATTEMPTS + 1):
             try:
                 with self._transaction() as conn:

@@ -117,6 +117,26 @@ SELECT count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS pen
   FROM {schema}.jobs j
 
 
+-- name: job_stats_by_type
+-- The same buckets as job_stats, per type (for `golemq-pg stats`; an admin query that scans).
+SELECT j.type,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS pending,
+       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now())  AS scheduled,
+       count(*) FILTER (WHERE j.status = 'running')                       AS running,
+       count(*) FILTER (WHERE j.status = 'succeeded')                     AS succeeded,
+       count(*) FILTER (WHERE j.status = 'failed')                        AS failed
+  FROM {schema}.jobs j
+ GROUP BY j.type
+
+
+-- name: job_oldest_due_age
+-- How long the oldest due job has waited: the backlog-age signal of a stuck or slow queue.
+-- Reads only the pending partial index's rows.
+SELECT extract(epoch FROM now() - min(j.run_at))::float8
+  FROM {schema}.jobs j
+ WHERE j.status = 'pending' AND j.run_at <= now()
+
+
 -- name: fragment_cancelled_columns
 j.id, j.type, j.scope_type, j.scope_id, j.status, j.lease_owner, j.attempts
 

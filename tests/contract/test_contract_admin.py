@@ -12,6 +12,7 @@ from golemq_pg.store.port import (
     CancelFilter,
     ClaimedJob,
     EnqueueManyParams,
+    EnqueueParams,
     FailItem,
     FindParams,
     JobStore,
@@ -291,3 +292,17 @@ def test_malformed_ids_match_nothing(store: JobStore) -> None:
     assert store.job_get("not-a-number") is None
     assert store.job_cancel(CancelFilter(job_ids=["not-a-number"]), None) == []
     assert store.job_get("") is None
+
+
+def test_stats_by_type_and_oldest_due_age(store: JobStore) -> None:
+    assert store.job_stats_by_type() == {}
+    assert store.job_oldest_due_age() is None
+    for job_type, delay in (("a", 0.0), ("a", 0.0), ("a", 3600.0), ("b", 0.0)):
+        store.job_enqueue(EnqueueParams(type=job_type, payload=b"{}", delay=delay))
+    by_type = store.job_stats_by_type()
+    assert by_type["a"] == {"pending": 2, "scheduled": 1, "running": 0, "succeeded": 0,
+                            "failed": 0}
+    assert by_type["b"]["pending"] == 1
+    age = store.job_oldest_due_age()
+    assert age is not None
+    assert 0.0 <= age < 60.0
