@@ -1,7 +1,25 @@
 """Schedule arithmetic: cron parsing (croniter) and next-tick rules, clock-agnostic.
 
-After downtime a schedule fires once, then resumes its cadence from the current time: missed
-ticks are skipped, never replayed as a burst.
+A schedule holds one pending tick (``next_run_at``). Every worker's maintenance loop asks
+the store to fire due ticks; the store locks each due schedule, enqueues one job whose
+``run_at`` is the tick, and advances ``next_run_at`` with :func:`next_tick`, all in one
+transaction, so any number of workers produce exactly one job per tick. All instants are
+the store's clock (the database's ``now()``).
+
+* ``cron`` (with an IANA ``timezone``): ticks are wall-clock times in that zone, evaluated
+  by croniter, so they follow daylight-saving changes. A wall time skipped by a
+  spring-forward fires once, at the first instant after the gap; an hourly expression
+  keeps firing every real hour through a fall-back; a daily one fires once per day.
+* ``every`` with ``repeat_from="run_at"``: a fixed cadence, ``start + k * every``.
+* ``every`` with ``repeat_from="finished"``: no tick is pending while the job runs; once
+  it finished (succeeded or failed) the next tick is its finish time plus ``every`` (at
+  once when the job was cancelled or pruned).
+
+After downtime (no worker ran, or the database was unreachable) a schedule fires **once**,
+for its overdue tick, and then resumes its cadence from the current time: the ticks missed
+meanwhile are skipped, never replayed as a burst. A ``run_at`` cadence keeps its phase (the
+next tick is the first ``start + k * every`` after now), a cron schedule takes its next
+tick after now.
 """
 
 from __future__ import annotations
@@ -25,17 +43,38 @@ def check_timezone(name: object) -> ZoneInfo:
         raise ValueError(f"unknown timezone {name!r}") from exc
 
 
+#: Most repeated wall-clock ticks skipped in one search (a fall-back repeats an hour or so).
+_MAX_REPEATS_SKIPPED = 1000
+
+
 def next_cron_tick(expression: str, timezone: str, after: datetime) -> datetime:
-    """The first tick of ``expression`` in ``timezone`` strictly after ``after`` (UTC result)."""
+    """The first tick of ``expression`` in ``timezone`` strictly after ``after`` (UTC result).
+
+    Daylight saving, as cron does it: a wall time that a spring-forward skips fires once,
+    at the end of the gap, when the hour field names hours (``30 2 * * *``) and not at all
+    when it is a wildcard (``30 * * * *`` still fires every real hour). A wall time that a
+    fall-back repeats fires at its first occurrence only when the hour field names hours
+    (a daily job runs once that day), and at both when it is a wildcard (every real hour).
+    """
     zone = check_timezone(timezone)
     try:
         itr = croniter(expression, after.astimezone(zone))
+        hours_named = itr.expanded[1] != ["*"]
         tick: datetime = itr.get_next(datetime)
+        for _ in range(_MAX_REPEATS_SKIPPED):
+            if not (hours_named and _repeated_wall_time(tick.astimezone(zone))):
+                break
+            tick = itr.get_next(datetime)
     except CroniterBadDateError as exc:
         raise ValueError(f"cron expression {expression!r} never fires") from exc
     except (CroniterBadCronError, ValueError, KeyError) as exc:
         raise ValueError(f"invalid cron expression {expression!r}") from exc
     return tick.astimezone(UTC)
+
+
+def _repeated_wall_time(local: datetime) -> bool:
+    """Whether ``local`` is the second occurrence of a wall time repeated by a fall-back."""
+    return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
 
 
 def check_cron(expression: object, timezone: str, now: datetime) -> str:

@@ -6,9 +6,9 @@ Every argument is validated before any SQL is issued; bad input raises ``ValueEr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
 
 import structlog
 
@@ -48,7 +48,23 @@ from golemq_pg.store.port import (
 log = structlog.get_logger("golemq_pg.queue")
 
 P = TypeVar("P", bound=Mapping[str, Any])
+_T = TypeVar("_T")
+
+
+class _InferPayloadLast(TypedDict, Generic[_T]):
+    """Typing aid only, never built: in ``add(job_type: JobType[P], payload: P | ...)``
+    mypy infers a dict literal before it has solved ``P`` from the JobType, so the literal
+    gets no TypedDict context and the call fails to infer (python/mypy#19201). A union
+    member holding a callable of ``P`` makes mypy infer the payload in its second pass,
+    with ``P`` already known: the literal is then checked against the JobType's TypedDict.
+    """
+
+    golemq_typing_aid_only: Callable[[], _T]
+
+
 _STATUSES = tuple(JobStatus)
+#: The smallest step of a timestamp: a cron tick exactly at ``start_at`` is its first one.
+_TICK = timedelta(microseconds=1)
 
 
 class Queue:
@@ -76,7 +92,7 @@ class Queue:
     def add(
         self,
         job_type: JobType[P],
-        payload: P,
+        payload: P | _InferPayloadLast[P],
         *,
         scope: ScopeLike | None = ...,
         dedupe_key: str | None = ...,
@@ -157,7 +173,7 @@ class Queue:
     def add_many(
         self,
         job_type: JobType[P],
-        payloads: Iterable[P],
+        payloads: Iterable[P | _InferPayloadLast[P]],
         *,
         scope: ScopeLike | None = ...,
         max_attempts: int | None = ...,
@@ -239,10 +255,20 @@ class Queue:
         priority: int = 0,
         max_attempts: int | None = None,
     ) -> None:
-        """Declare (or update) a recurring schedule; idempotent across processes by ``key``."""
+        """Declare (or update) a recurring schedule; idempotent across processes by ``key``.
+
+        Every process may declare the same schedule at start-up: the first declaration
+        creates it, later ones update its type, payload, scope, priority and attempts, and
+        keep its pending tick unless the timing (cron, every, timezone, repeat_from)
+        changed. The first job is due at the first cron tick at or after ``start_at`` (or
+        after now), or for ``every`` at ``start_at`` (or at once). See
+        :mod:`golemq_pg._schedule` for the cadence rules and what happens after downtime.
+        """
         check_name(key, "schedule key")
         name = self._type(job_type)
         scope_v = check_scope(scope)
+        if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+            raise ValueError(f"job type {name!r} is grouped: schedule() needs a scope")
         if (cron is None) == (every is None):
             raise ValueError("give exactly one of cron= or every=")
         if repeat_from not in ("finished", "run_at"):
@@ -259,7 +285,10 @@ class Queue:
         first: datetime | None = start
         if cron is not None:
             check_cron(cron, timezone, now)
-            first = next_cron_tick(cron, timezone, start or now)
+            # The first tick after now, or at or after a future start_at (the cron search
+            # is strictly after its argument, so a tick exactly at start_at counts).
+            after = now if start is None or start <= now else start - _TICK
+            first = next_cron_tick(cron, timezone, after)
         self.store.schedule_upsert(
             ScheduleParams(
                 key=key,

@@ -243,7 +243,9 @@ class ClaimLoop:
             counts[job.type] = counts.get(job.type, 0) + 1
         for (job_type, _), members in groups.items():
             pool = pools[job_type]
-            members.sort(key=lambda job: job.enqueued_at)  # stable: keeps the store's order
+            # Arrival order: the store returns claim order (priority, run_at, id); ids are
+            # assigned at insertion, so they order a group's jobs as they arrived.
+            members.sort(key=_arrival)
             unit = Unit(pool, tuple(members), claimed_at + pool.lease_seconds)
             pool.active[unit.key] = unit
             pool.buffer.put(unit)
@@ -266,6 +268,15 @@ class ClaimLoop:
             )
         except Exception as exc:  # noqa: BLE001 - the leases expire and the reaper recovers them
             log.warning("release_failed", error_type=type(exc).__name__, error=_short(exc))
+
+
+def _arrival(job: ClaimedJob) -> tuple[int, int, str]:
+    """Sort key of a job by arrival: numeric ids by value (both stores' ids are decimal
+    strings of increasing integers); any other id after them, as text."""
+    job_id = job.id
+    if job_id.isascii() and job_id.isdigit():
+        return (0, int(job_id), "")
+    return (1, 0, job_id)
 
 
 __all__ = ["ClaimLoop"]

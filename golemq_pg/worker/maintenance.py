@@ -3,13 +3,18 @@
 * **reaper** (every ``poll_interval``, between 0.1 s and 5 s): ``lease_recover_expired``
   returns jobs whose lease ran out to PENDING, or dead-letters them past their budget.
   Any worker reaps anyone's expired leases, so a SIGKILLed worker's jobs come back within
-  its lease plus one reaper interval.
+  its lease plus one reaper interval. Observers see "reclaimed" or "failed-terminal" with
+  the error the store wrote to ``last_error`` (:data:`REAPED_ERRORS`).
 * **reconcile** (every ``poll_interval``): asks the store which of this worker's leases it
   still holds; a job that vanished was cancelled by another process (its handler is aborted
   with reason ``"cancelled"``), one that is still there belongs to someone else now
   (``"lease-lost"``). This is the safety net under the cancel NOTIFY.
-* **schedules** (every ``poll_interval``, at most 1 s): fires due recurring schedules.
-* **retention** (every ``Retention.sweep_interval``, opt-in): prunes old finished rows.
+* **schedules** (every ``poll_interval``, between 0.1 s and 1 s, and sooner when a schedule
+  this worker just fired is due again before that): fires due recurring schedules. Any
+  number of workers run it; the store fires each due tick exactly once.
+* **retention** (every ``Retention.sweep_interval``, opt-in): prunes old finished rows in
+  batches of ``PRUNE_LIMIT``, one short statement each, back to back until the backlog is
+  gone, with the other tasks running in between.
 
 Each task fails on its own: an error is logged (rate-limited) and retried next time.
 """
@@ -19,11 +24,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import structlog
 
 from golemq_pg._schedule import next_tick
+from golemq_pg.store.memory import LEASE_EXHAUSTED_ERROR, LEASE_EXPIRED_ERROR
+from golemq_pg.store.port import DueSchedule
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
 from golemq_pg.worker.runtime import LOG_IDS, Service, _short
 from golemq_pg.worker.units import Unit
@@ -35,15 +43,31 @@ log = structlog.get_logger("golemq_pg.worker.maintenance")
 
 #: Most rows one reaper call recovers / one prune call deletes.
 REAP_LIMIT = 500
-PRUNE_LIMIT = 10_000
+PRUNE_LIMIT = 1_000
 #: Most vanished leases looked up one by one to tell a cancel from a lost lease.
 LOOKUP_LIMIT = 50
+#: The ``last_error`` both stores write when the reaper recovers a job, by outcome; the
+#: reaper reports the same text to observers.
+REAPED_ERRORS = {
+    "reclaimed": LEASE_EXPIRED_ERROR,
+    "failed-terminal": LEASE_EXHAUSTED_ERROR,
+}
+#: The schedules task never re-runs sooner than this after a pass; a wait computed from a
+#: known next tick gets ``SCHEDULE_MARGIN`` on top, so that the pass finds the tick due.
+SCHEDULE_MIN_WAIT = 0.01
+SCHEDULE_MARGIN = 0.005
+#: Most schedules fired in one pass; a full pass runs again at once.
+SCHEDULE_BATCH = 100
 
 
 class Task:
-    """A periodic task: runs ``fn`` every ``interval`` seconds; errors are contained."""
+    """A periodic task: runs ``fn`` every ``interval`` seconds; errors are contained.
 
-    def __init__(self, name: str, interval: float, fn: Callable[[], None]) -> None:
+    ``fn`` may return a number of seconds: the task then runs again after that long if it
+    is sooner than ``interval``.
+    """
+
+    def __init__(self, name: str, interval: float, fn: Callable[[], float | None]) -> None:
         self.name = name
         self.interval = interval
         self.fn = fn
@@ -74,8 +98,11 @@ class Maintenance(Service):
                 break
             if time.monotonic() < task.next_at:
                 continue
+            wait = task.interval
             try:
-                task.fn()
+                sooner = task.fn()
+                if sooner is not None:
+                    wait = min(wait, max(sooner, 0.0))
                 if task.failures:
                     log.info("maintenance_recovered", task=task.name, failures=task.failures)
                 task.failures = 0
@@ -87,7 +114,7 @@ class Maintenance(Service):
                         failures=task.failures, error_type=type(exc).__name__,
                         error=_short(exc),
                     )
-            task.next_at = time.monotonic() + task.interval
+            task.next_at = time.monotonic() + wait
         if not self.runtime.maintained.is_set():
             self.runtime.maintained.set()
             self.runtime.wake.set()
@@ -114,7 +141,7 @@ class Maintenance(Service):
             if hub:
                 for r in recovered:
                     hub.emit(r.id, r.type, r.scope, r.outcome, r.attempts,
-                             error="lease expired")
+                             error=REAPED_ERRORS[r.outcome])
             if len(recovered) < REAP_LIMIT or self.stop_event.is_set():
                 return
 
@@ -145,31 +172,50 @@ class Maintenance(Service):
         if lost:
             runtime.abort(lost, LEASE_LOST)
 
-    def fire_schedules(self) -> None:
-        """Enqueue one job per due schedule tick."""
+    def fire_schedules(self) -> float | None:
+        """Enqueue one job per due schedule tick; return the wait until the soonest next
+        tick of the schedules fired now (None when none is known), so a schedule with a
+        short interval is fired on time rather than up to one task interval late."""
         runtime = self.runtime
-        created = runtime.store.schedule_fire_due(next_tick)
+        soonest: list[float] = []
+
+        def tick(due: DueSchedule, now: datetime) -> datetime | None:
+            following = next_tick(due, now)
+            if following is not None:
+                # Both instants come from the store's clock: their difference is a duration.
+                soonest.append((following - now).total_seconds())
+            return following
+
+        created = runtime.store.schedule_fire_due(tick, SCHEDULE_BATCH)
         if created:
             log.info("schedules_fired", worker_id=runtime.owner, jobs=len(created),
                      job_ids=created[:LOG_IDS])
+        if len(created) >= SCHEDULE_BATCH:
+            return 0.0  # more may be due: the next pass comes right after the other tasks
+        if not soonest:
+            return None
+        return max(min(soonest) + SCHEDULE_MARGIN, SCHEDULE_MIN_WAIT)
 
-    def prune(self) -> None:
-        """Delete finished rows older than the retention age, in bounded chunks."""
+    def prune(self) -> float | None:
+        """Delete finished rows older than the retention age: one bounded batch per call.
+
+        Each batch is one short statement (``PRUNE_LIMIT`` rows, oldest first, skipping rows
+        locked by anyone), so no lock is held for long. A full batch asks to run again at
+        once (returns 0): the backlog drains batch after batch while the reaper and the
+        reconcile pass still get their turn between batches.
+        """
         runtime = self.runtime
         retention = runtime.config.retention
         if retention is None:  # pragma: no cover - the task exists only with retention
-            return
-        total = 0
-        while not self.stop_event.is_set():
-            deleted = runtime.store.job_prune(
-                retention.statuses, before=None, age=retention.older_than, limit=PRUNE_LIMIT
-            )
-            total += deleted
-            if deleted < PRUNE_LIMIT:
-                break
-        if total:
-            log.info("jobs_pruned", worker_id=runtime.owner, count=total,
+            return None
+        limit = PRUNE_LIMIT
+        deleted = runtime.store.job_prune(
+            retention.statuses, before=None, age=retention.older_than, limit=limit
+        )
+        if deleted:
+            log.info("jobs_pruned", worker_id=runtime.owner, count=deleted,
                      statuses=[str(s) for s in retention.statuses])
+        return 0.0 if deleted >= limit else None
 
 
 __all__ = ["Maintenance", "Task"]

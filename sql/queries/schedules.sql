@@ -83,15 +83,18 @@ SELECT s.key, s.type, s.cron, s.every_seconds, s.timezone, s.repeat_from, s.next
 
 -- name: schedule_fire
 -- One job per claimed schedule, and the schedule advanced to its next tick (NULL: wait for
--- the job to finish), in one statement.
+-- the job to finish), in one statement. The job's run_at is the tick it stands for (the
+-- schedule's next_run_at as this statement's snapshot sees it: at or before now()), so the
+-- jobs of a schedule carry its exact cadence whichever worker fired them, and when.
 WITH fire AS (
     SELECT f.key, f.next_run_at
       FROM unnest(%(keys)s::text[], %(next_run_ats)s::timestamptz[]) AS f(key, next_run_at)
 ),
 ins AS (
     INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, priority, max_attempts,
-                               schedule_key)
-    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority, s.max_attempts, s.key
+                               schedule_key, run_at)
+    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority, s.max_attempts, s.key,
+           least(s.next_run_at, now())
       FROM {schema}.schedules s
       JOIN fire f ON f.key = s.key
     RETURNING id, schedule_key

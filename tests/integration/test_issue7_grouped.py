@@ -1,0 +1,318 @@
+"""Issue 7, grouped handlers: every due job of one (type, scope) delivered as one BatchEvent
+in arrival order; success consumes the batch, failure retries all of it; a running group is
+locked; different groups run in parallel. The headline test runs 10 groups x 50 messages
+through two worker processes while the messages are being added."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from typing import Any, TypedDict
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Worker
+from golemq_pg.testing import memory_store
+
+
+class DigestPayload(TypedDict):
+    group: str
+    seq: int
+
+
+Digest = JobType("digest", DigestPayload, grouped=True)
+
+GROUPS = 10
+PER_GROUP = 50
+MAX_BATCH = 20
+CONCURRENCY = 3
+
+#: A worker process with a grouped handler. Each batch is written to the ledger, one row per
+#: job: (job_id, grp, seq, attempt, batch, pid, started, ended, ok). A batch whose jobs are
+#: all on their first attempt and that holds a message with seq % 23 == 0 fails once, so
+#: "failure retries every one" is exercised without ever exhausting an attempt budget.
+#: argv: dsn schema worker_id
+GROUPED_WORKER = r"""
+import itertools, os, random, sys, threading, time
+from psycopg import sql
+from golemq_pg import PostgresStore, Worker
+
+dsn, schema, worker_id = sys.argv[1], sys.argv[2], sys.argv[3]
+store = PostgresStore.connect(dsn, schema=schema, max_size=8)
+worker = Worker(store, worker_id=worker_id, poll_interval=0.2, base_backoff=0, max_backoff=0,
+                shutdown_grace=5)
+insert = sql.SQL(
+    "INSERT INTO {}.ledger (job_id, grp, seq, attempt, batch, pid, started, ended, ok) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(sql.Identifier(schema))
+counter = itertools.count()
+lock = threading.Lock()
+
+@worker.handler("digest", grouped=True, max_batch=int(os.environ["MAX_BATCH"]),
+                concurrency=int(os.environ["CONCURRENCY"]))
+def digest(batch):
+    with lock:
+        batch_no = f"{worker_id}:{next(counter)}"
+    started = time.time()
+    time.sleep(random.uniform(0.05, 0.15))
+    poisoned = (all(j.attempt == 1 for j in batch.jobs)
+                and any(j.payload["seq"] % 23 == 0 for j in batch.jobs))
+    ended = time.time()
+    rows = [(j.id, j.payload["group"], j.payload["seq"], j.attempt, batch_no, os.getpid(),
+             started, ended, not poisoned) for j in batch.jobs]
+    with store.pool.connection() as conn:
+        with conn.cursor() as cur:
+            cur.executemany(insert, rows)
+    if poisoned:
+        raise RuntimeError("poisoned once")
+
+print("ready", flush=True)
+worker.run()
+store.close()
+print("exited", flush=True)
+"""
+
+
+def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GROUPED_WORKER, dsn, schema, worker_id],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "MAX_BATCH": str(MAX_BATCH), "CONCURRENCY": str(CONCURRENCY)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", line
+    return proc
+
+
+def _count_succeeded(dsn: str, schema: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'succeeded'")
+                           .format(sql.Identifier(schema))).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_ten_groups_of_fifty_through_two_worker_processes(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    schema = pg_store.schema
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(
+            "CREATE TABLE {}.ledger (job_id text NOT NULL, grp text NOT NULL, seq int NOT NULL,"
+            " attempt int NOT NULL, batch text NOT NULL, pid int NOT NULL,"
+            " started float8 NOT NULL, ended float8 NOT NULL, ok bool NOT NULL)"
+        ).format(sql.Identifier(schema)))
+    queue = Queue(pg_store)
+    procs = [_spawn(pg_dsn, schema, f"grp-{i}") for i in range(2)]
+    added: dict[str, list[str]] = defaultdict(list)
+    errors: list[BaseException] = []
+
+    def produce(groups: list[str]) -> None:
+        # One producer per group, so a group's arrival order is its seq order.
+        try:
+            rng = random.Random(hash(tuple(groups)))
+            for seq in range(PER_GROUP):
+                for group in groups:
+                    job_id = queue.add(Digest, {"group": group, "seq": seq},
+                                       scope=("Team", group))
+                    assert job_id is not None
+                    added[group].append(job_id)
+                time.sleep(rng.uniform(0.0, 0.02))
+        except BaseException as exc:
+            errors.append(exc)
+
+    names = [f"g{n}" for n in range(GROUPS)]
+    producers = [threading.Thread(target=produce, args=(names[i::2],)) for i in range(2)]
+    try:
+        for t in producers:
+            t.start()
+        for t in producers:
+            t.join()
+        assert errors == []
+        deadline = time.monotonic() + 90
+        while _count_succeeded(pg_dsn, schema) < GROUPS * PER_GROUP:
+            assert time.monotonic() < deadline, "the groups never drained"
+            time.sleep(0.1)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            out, _ = proc.communicate(timeout=30)
+            assert proc.returncode == 0, out
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        ledger = conn.execute(sql.SQL(
+            "SELECT job_id, grp, seq, attempt, batch, pid, started, ended, ok FROM {}.ledger"
+        ).format(sql.Identifier(schema))).fetchall()
+    assert Counter(r[1] for r in (j for j in ledger if j[8])) == dict.fromkeys(names, PER_GROUP)
+    batches: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in ledger:
+        batches[row[4]].append(row)
+
+    # Every message delivered exactly once inside a successful batch.
+    ok_ids = Counter(r[0] for r in ledger if r[8])
+    assert set(ok_ids.values()) == {1}
+    assert set(ok_ids) == {job_id for ids in added.values() for job_id in ids}
+
+    per_group: dict[str, list[list[tuple[Any, ...]]]] = defaultdict(list)
+    for rows in batches.values():
+        assert len({r[1] for r in rows}) == 1  # a batch is one group
+        assert 1 <= len(rows) <= MAX_BATCH
+        per_group[rows[0][1]].append(rows)
+    for group, group_batches in per_group.items():
+        group_batches.sort(key=lambda rows: rows[0][6])
+        # Never two batches of one group at once (failed ones included).
+        for earlier, later in itertools.pairwise(group_batches):
+            assert later[0][6] >= earlier[0][7], (group, earlier[0][4], later[0][4])
+        # Arrival order: within every batch, and across the group's successful batches.
+        for rows in group_batches:
+            assert [r[2] for r in rows] == sorted(r[2] for r in rows)
+            assert [int(r[0]) for r in rows] == sorted(int(r[0]) for r in rows)
+        delivered = [r[2] for rows in group_batches if rows[0][8] for r in rows]
+        assert delivered == list(range(PER_GROUP)), (group, delivered)
+        assert [r[0] for rows in group_batches if rows[0][8] for r in rows] == added[group]
+
+    # A failed batch was retried whole: each of its jobs succeeded later, on attempt 2.
+    failed = [rows for rows in batches.values() if not rows[0][8]]
+    assert failed, "no batch failed: the poison rule did not trigger"
+    second = {r[0]: r[3] for r in ledger if r[8]}
+    for rows in failed:
+        assert all(second[r[0]] == 2 for r in rows)
+    statuses = Counter(j.status for j in queue.find(types=[Digest], limit=1000))
+    assert statuses == {JobStatus.SUCCEEDED: GROUPS * PER_GROUP}
+
+    # Different groups ran in parallel, never more than the handler's concurrency per process.
+    spans = sorted((rows[0][6], rows[0][7], rows[0][5]) for rows in batches.values())
+    most = 0
+    for pid in {s[2] for s in spans}:
+        mine = [s for s in spans if s[2] == pid]
+        for start, _, _ in mine:
+            live = sum(1 for s in mine if s[0] <= start < s[1])
+            assert live <= CONCURRENCY
+            most = max(most, live)
+    assert most >= 2, "no two groups ever ran at once"
+    assert len({s[2] for s in spans}) == 2  # both processes took part
+    # Messages that arrived while their group ran were batched together.
+    assert max(len(rows) for rows in batches.values()) >= 2
+    print(f"{len(batches)} batches ({len(failed)} failed once), "
+          f"mean size {sum(len(b) for b in batches.values()) / len(batches):.1f}")
+
+
+# -- in-process checks on both stores -------------------------------------------------------
+
+
+def _drain(store: Any, fn: Any, **options: Any) -> None:
+    worker = Worker(store, poll_interval=0.05, base_backoff=0, max_backoff=0)
+    worker.handler("digest", grouped=True, **options)(fn)
+    worker.run_until_empty(timeout=30)
+
+
+def test_a_batch_is_in_arrival_order_whatever_the_priorities() -> None:
+    # All jobs at one (fake) instant with mixed priorities: the store hands them over in
+    # claim order (priority first); the batch must still be in arrival (id) order.
+    store, _ = memory_store()
+    queue = Queue(store)
+    ids = [queue.add(Digest, {"group": "a", "seq": n}, scope=("Team", "a"), priority=p)
+           for n, p in enumerate([0, 5, 1, 9, 0, 3])]
+    seen: list[list[str]] = []
+    _drain(store, lambda batch: seen.append([j.id for j in batch.jobs]))
+    assert seen == [ids]
+
+
+def test_a_batch_is_in_arrival_order_within_one_transaction(pg_store: PostgresStore) -> None:
+    # One transaction: every job has the same created_at (now()), priorities differ.
+    queue = Queue(pg_store)
+    with pg_store.pool.connection() as conn, conn.transaction():
+        ids = [queue.add(Digest, {"group": "a", "seq": n}, scope=("Team", "a"), priority=p,
+                         connection=conn)
+               for n, p in enumerate([0, 5, 1, 9, 0, 3])]
+    seen: list[list[str]] = []
+    _drain(pg_store, lambda batch: seen.append([j.id for j in batch.jobs]))
+    assert seen == [ids]
+
+
+def test_success_consumes_and_failure_retries_every_job_of_a_batch(store: Any) -> None:
+    queue = Queue(store)
+    ids = [queue.add(Digest, {"group": "a", "seq": n}, scope=("Team", "a")) for n in range(5)]
+    calls: list[tuple[int, list[str], list[int]]] = []
+
+    def handle(batch: BatchEvent[DigestPayload]) -> None:
+        calls.append((batch.attempt, [j.id for j in batch.jobs], [j.attempt for j in batch.jobs]))
+        if batch.attempt == 1:
+            raise RuntimeError("downstream unavailable")
+
+    _drain(store, handle)
+    assert calls == [(1, ids, [1] * 5), (2, ids, [2] * 5)]
+    for job_id in ids:
+        job = queue.get(job_id)  # type: ignore[arg-type]
+        assert job is not None
+        assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 2)
+
+
+def test_max_batch_splits_a_group_in_arrival_order(store: Any) -> None:
+    queue = Queue(store)
+    ids = [queue.add(Digest, {"group": "a", "seq": n}, scope=("Team", "a")) for n in range(7)]
+    seen: list[list[str]] = []
+    _drain(store, lambda batch: seen.append([j.id for j in batch.jobs]), max_batch=3)
+    assert seen == [ids[:3], ids[3:6], ids[6:]]
+
+
+def test_a_running_group_is_locked_while_other_groups_run(store: Any) -> None:
+    queue = Queue(store)
+    first = queue.add(Digest, {"group": "a", "seq": 0}, scope=("Team", "a"))
+    release = threading.Event()
+    a_started = threading.Event()
+    b_done = threading.Event()
+    seen: list[tuple[str, list[str]]] = []
+    lock = threading.Lock()
+
+    def handle(batch: BatchEvent[DigestPayload]) -> None:
+        assert batch.scope is not None
+        with lock:
+            seen.append((batch.scope.id, [j.id for j in batch.jobs]))
+        if batch.scope.id == "a" and len(seen) == 1:
+            a_started.set()
+            assert release.wait(20)
+        if batch.scope.id == "b":
+            b_done.set()
+
+    worker = Worker(store, poll_interval=0.05)
+    worker.handler(Digest, concurrency=2)(handle)
+    worker.start()
+    try:
+        assert a_started.wait(20)
+        late = queue.add(Digest, {"group": "a", "seq": 1}, scope=("Team", "a"))
+        other = queue.add(Digest, {"group": "b", "seq": 0}, scope=("Team", "b"))
+        assert b_done.wait(20)  # another group runs beside the locked one
+        assert [s for s in seen if s[0] == "a"] == [("a", [first])]  # "late" waits
+        release.set()
+        deadline = time.monotonic() + 20
+        while len(seen) < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        release.set()
+        worker.stop()
+    assert seen == [("a", [first]), ("b", [other]), ("a", [late])]
+
+
+def test_a_grouped_job_type_needs_a_scope(store: Any) -> None:
+    queue = Queue(store)
+    with pytest.raises(ValueError, match="grouped"):
+        queue.add(Digest, {"group": "a", "seq": 0})
+    with pytest.raises(ValueError, match="grouped"):
+        queue.add_many(Digest, [{"group": "a", "seq": 0}])
+    assert queue.count_by_status()[JobStatus.PENDING] == 0
