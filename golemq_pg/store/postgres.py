@@ -24,6 +24,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
+from golemq_pg import _local
 from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
 from golemq_pg._validation import check_schema
 from golemq_pg.store import _pg_rows as rows
@@ -59,6 +60,9 @@ log = structlog.get_logger("golemq_pg.store.postgres")
 # with a concurrent cancel, or a unique-index race with a concurrent "replace" enqueue.
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
 _WRITE_ATTEMPTS = 3
+#: How long a cancel's DELETE first waits for a row lock before it announces the locked rows
+#: (held by transactional handlers) to their workers and waits for real.
+_CANCEL_BRIEF_WAIT_MS = 100
 
 
 def _ms(seconds: float) -> int:
@@ -518,10 +522,12 @@ class PostgresStore:
 
         ``reason`` is for the caller's own signalling; it is not stored or sent.
 
-        Rows held by transactional handlers (an open claim transaction locks the row) are
-        announced on the cancel channel *before* the DELETE waits for their locks, so their
-        workers abort them and the DELETE lands within milliseconds; pending-only cancels
-        skip such rows, since they are running work (see ``sql/queries/cancel.sql``).
+        Rows held by transactional handlers (an open claim transaction locks the row): the
+        DELETE first waits for row locks only briefly; if that runs out, the rows of the
+        selector that are locked are announced on the cancel channel (and to this process's
+        workers), so their workers abort the handlers and end their transactions, and the
+        DELETE runs again, waiting for real. Pending-only cancels skip locked rows: they are
+        running work. See ``sql/queries/cancel.sql``.
         """
         if selector.job_ids:
             kind = "ids"
@@ -540,19 +546,16 @@ class PostgresStore:
             name = "job_cancel_" + kind
             args["pending_only"] = False
         cancel_channel = self.channels()[1]
-        if not selector.pending_only and self._bound is None:
-            # Inside a caller's transaction the announcement would only be delivered at
-            # its commit, after the DELETE waited: there the DELETE simply waits.
-            locked = [int(r[0]) for r in self._fetch("job_cancel_locked_" + kind, args)]
-            if locked:
-                with self._connection() as conn:
-                    for chunk in rows.json_array_chunks(locked):
-                        conn.execute(
-                            self._q["notify"], {"channel": cancel_channel, "payload": chunk}
-                        )
-        for attempt in range(1, _WRITE_ATTEMPTS + 1):
+        # Not inside a caller's transaction: a lock timeout would abort it, and an
+        # announcement would only be delivered at its commit. There the DELETE just waits.
+        brief = not selector.pending_only and self._bound is None
+        deadlocks = 0
+        while True:
             try:
                 with self._transaction() as conn:
+                    if brief:
+                        conn.execute(self._q["cancel_brief_lock_wait"],
+                                     {"ms": str(_CANCEL_BRIEF_WAIT_MS)})
                     found = conn.execute(self._q[name], args).fetchall()
                     deleted = [rows.cancelled(r) for r in found]
                     running = [int(job.id) for job in deleted if job.was_running]
@@ -561,14 +564,34 @@ class PostgresStore:
                             self._q["notify"], {"channel": cancel_channel, "payload": chunk}
                         )
                 break
+            except pg_errors.LockNotAvailable:
+                if not brief:
+                    raise
+                brief = False
+                self._announce_locked(kind, args, cancel_channel, reason)
             except pg_errors.DeadlockDetected:
                 # Deleting many rows can deadlock with a batch write locking them in another
                 # order; the delete is idempotent, so run it again.
-                if self._bound is not None or attempt == _WRITE_ATTEMPTS:
+                deadlocks += 1
+                if self._bound is not None or deadlocks >= _WRITE_ATTEMPTS:
                     raise
         if deleted:
             log.info("jobs cancelled", count=len(deleted), running=len(running))
         return deleted
+
+    def _announce_locked(
+        self, kind: str, args: dict[str, Any], channel: str, reason: str | None
+    ) -> None:
+        """NOTIFY (committed at once) the live rows of a cancel that another transaction
+        holds locked, and abort them in this process's workers, before the DELETE waits."""
+        locked = [int(r[0]) for r in self._fetch("job_cancel_locked_" + kind, args)]
+        if not locked:
+            return
+        with self._connection() as conn:
+            for chunk in rows.json_array_chunks(locked):
+                conn.execute(self._q["notify"], {"channel": channel, "payload": chunk})
+        _local.abort(self, [str(i) for i in locked], reason or "cancelled")
+        log.info("cancel announced locked jobs", count=len(locked))
 
     def job_retry_failed(self, params: FindParams) -> int:
         """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all."""

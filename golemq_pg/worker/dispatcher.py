@@ -42,6 +42,10 @@ DEFAULT_BATCH_CAP = MAX_ADAPTIVE_PREFETCH
 _LATENCY_WEIGHT = 0.2
 #: Longest pause between claim retries while the store fails.
 MAX_ERROR_BACKOFF = 5.0
+#: A claim round trip counted by the adaptive prefetch is capped at this (seconds): a longer
+#: one waited for a pool connection or a lock (an outage, a stall), and would otherwise make
+#: every type prefetch its maximum, hoarding jobs other workers could run.
+MAX_TUNE_SAMPLE = 0.5
 #: While the store keeps failing, repeat the warning at most this often (seconds).
 ERROR_LOG_EVERY = 30.0
 
@@ -139,10 +143,13 @@ class ClaimLoop:
         slots = self._slots(open_pools)
         hints = {pool.type: pool.hints for pool, _ in open_pools}
         began = time.monotonic()
+        recovering = self._failures > 0
         jobs = self._claim(slots)
         if jobs is None:
             return None  # backed off inside _claim
-        self._tune(time.monotonic() - began)
+        if not recovering:
+            # The claim that ends an outage waited for the database, not for the claim.
+            self._tune(min(time.monotonic() - began, MAX_TUNE_SAMPLE))
         self._next_poll = now + self.poll_interval
         counts = self._distribute(jobs, now)
         for slot in slots:

@@ -140,6 +140,11 @@ class TypePool:
         thread.start()
         return slot
 
+    def interrupt(self, unit: Unit) -> bool:
+        """Only transactional handlers have a statement to cancel; here, nothing to do."""
+        del unit
+        return False
+
     def write_off(self, slot: Slot) -> None:
         """Forget an abandoned slot and start a replacement (unless shutting down)."""
         slot.abandoned = True

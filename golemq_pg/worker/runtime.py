@@ -147,6 +147,9 @@ class Runtime:
             return 0
         if kick:
             self.supervisor.kick()
+        for unit in aborted:
+            if unit.pool.transactional and unit.state == RUNNING:
+                unit.pool.interrupt(unit)  # its transaction must end for the cancel to land
         outcome = "cancelled" if reason == "cancelled" else "lease-lost"
         jobs = [job for unit in aborted for job in unit.jobs]
         event = log.info if outcome == "cancelled" else log.warning
@@ -169,11 +172,13 @@ class Runtime:
         return len(aborted)
 
     def abort_ids(self, job_ids: Iterable[str], reason: str, *, error: str | None = None) -> int:
-        """Abort every held unit that contains one of ``job_ids``."""
+        """Abort every held unit (transactional ones included) containing one of ``job_ids``."""
         wanted = {str(job_id) for job_id in job_ids}
         if not wanted:
             return 0
-        return self.abort([u for u in self.held_units() if u.holds(wanted)], reason, error=error)
+        units = [u for u in self.held_units() if u.holds(wanted)]
+        units += [u for u in self.tx_units() if not u.settled and u.holds(wanted)]
+        return self.abort(units, reason, error=error)
 
 
 class Service:
@@ -234,8 +239,13 @@ class Service:
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
+    """The first line of ``exc``'s message, cut to ``limit``: what a log line may carry.
+
+    Only the first line: a database error's DETAIL and CONTEXT lines may quote the row it
+    failed on ("Failing row contains (...)"), payload included.
+    """
     try:
-        text = str(exc)
+        text = str(exc).split("\n", 1)[0]
     except Exception:  # noqa: BLE001 - a broken __str__ must not break logging
         text = "<unprintable>"
     return text if len(text) <= limit else text[:limit] + "..."

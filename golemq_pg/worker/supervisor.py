@@ -141,6 +141,10 @@ class Supervisor:
                             type=job.type, attempt=job.attempt,
                             timeout=unit.pool.spec.timeout,
                         )
+                        if unit.pool.transactional:
+                            # A transactional handler cannot be abandoned: cancel the
+                            # statement it may be blocked in instead.
+                            unit.pool.interrupt(unit)
                     next_at = min(next_at, unit.abandon_at)
                 else:
                     next_at = min(next_at, unit.deadline)
@@ -156,6 +160,8 @@ class Supervisor:
                 unit.abandon_at = now + runtime.config.abandon_grace
                 if unit.signal.fire(reason):
                     fired += 1
+                    if unit.pool.transactional:
+                        unit.pool.interrupt(unit)
         self.kick()
         return fired
 

@@ -11,22 +11,35 @@ with the ordinary fenced verbs.
 What differs from ordinary handlers, by construction:
 
 * the row stays locked by the open transaction while the handler runs, so other workers skip
-  it, a cancel waits for the transaction, and no lease renewal or reconcile touches it;
-* a timeout fires the signal, but a handler that ignores it cannot be abandoned (its thread
-  owns the transaction); the store's ``idle_in_transaction_session_timeout`` is the backstop
-  (the transaction rolls back and the job is claimed again later);
-* ``job.progress()`` is written in the same transaction, so it appears when it commits.
+  it and no lease renewal or reconcile touches it; other sessions still read the row as it
+  was before the claim (``pending``) until the transaction commits;
+* a timeout or a cancel fires the signal *and* cancels the statement the handler's
+  connection is running (``job_interrupt_transactional``), so a handler blocked in a long
+  query gets an error and its writes roll back; a timed-out attempt is then retried like any
+  other, a cancelled one records nothing (its row is being deleted);
+* a handler that ignores its signal in Python code cannot be abandoned (its thread owns the
+  transaction); the store's ``idle_in_transaction_session_timeout`` is the backstop (the
+  transaction rolls back, claim included, and the job is claimed again later);
+* if the worker process dies, the whole transaction rolls back, claim included: the job is
+  due again at once, with its attempt *not* counted (see the trade-offs in the README);
+* ``job.progress()`` is written in the same transaction, so it appears when it commits;
+* the claim's advisory locks live as long as the transaction: guarded transactional types
+  run one handler at a time across workers, and ``not_while_running`` checks against them
+  wait (see :func:`lock_warnings`, logged at start-up).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
-from golemq_pg.store.port import ClaimRequest, JobStore, TransactionalClaim, TypeSlots
+from golemq_pg._types import Resource
+from golemq_pg.errors import JobAborted
+from golemq_pg.store.port import ClaimRequest, TransactionalJobStore, TypeSlots
 from golemq_pg.worker.backoff import HandlerReturnedFalse, JobTimeout
 from golemq_pg.worker.events import TIMEOUT, JobEvent
 from golemq_pg.worker.execution import decide
@@ -41,29 +54,61 @@ if TYPE_CHECKING:
 log = structlog.get_logger("golemq_pg.worker.transactional")
 
 
-class TransactionalStore(Protocol):
-    """The store verbs transactional handlers need beyond the port."""
-
-    def job_claim_transactional(self, request: ClaimRequest) -> TransactionalClaim:
-        """Claim one job inside an open transaction; yields (job, connection) or None."""
-
-    def with_connection(self, conn: Any) -> JobStore:
-        """A store whose verbs run on ``conn`` without committing it."""
+#: The port's optional verbs (kept under this name for existing imports).
+TransactionalStore = TransactionalJobStore
 
 
 def supports_transactional(store: object) -> bool:
-    """Whether ``store`` offers the transactional claim."""
+    """Whether ``store`` offers the transactional claim (``job_interrupt_transactional``
+    is optional: without it a timeout only fires the signal)."""
     return callable(getattr(store, "job_claim_transactional", None)) and callable(
         getattr(store, "with_connection", None)
     )
 
 
-class _Rollback(Exception):  # noqa: N818 - a control-flow carrier, not an error
-    """Carries a handler's failure out of the claim block so its writes roll back."""
+def lock_warnings(specs: Iterable[HandlerSpec], resources: Mapping[str, Resource]) -> list[str]:
+    """What in this worker's configuration a transactional claim's locks will hold up.
 
-    def __init__(self, failure: BaseException) -> None:
+    A transactional claim is one transaction with its handler, so the advisory locks the
+    claim takes (see ``sql/queries/claim.sql``) are held until the handler finishes: a
+    guarded transactional type (serialize_by_scope, not_while_running, waits_for, a
+    resource pool) serialises its claims, and those of its pools' other members, across
+    every worker; a claim that must check ``not_while_running`` against a transactional
+    type waits until no handler of that type runs (and holds up the claim loop meanwhile).
+    Correct, but slow for anything but short handlers. Only local handlers are visible here.
+    """
+    specs = list(specs)
+    tx_types = {spec.type for spec in specs if spec.transactional}
+    texts: list[str] = []
+    for spec in specs:
+        pools = sorted(name for name, pool in resources.items() if spec.type in pool.types)
+        if spec.transactional and (spec.guarded or pools):
+            texts.append(
+                f"transactional {spec.type!r} is guarded"
+                + (f" (resource pools {pools})" if pools else "")
+                + ": its claim's advisory locks are held for the whole handler, so claims of "
+                "it (and of its pools' other types) wait while one of its handlers runs"
+            )
+        waited = sorted(tx_types & set(spec.not_while_running))
+        if waited:
+            texts.append(
+                f"{spec.type!r} has not_while_running={waited}, transactional types: its "
+                "claims wait (holding up the claim loop) while one of their handlers runs"
+            )
+    return texts
+
+
+class _Rollback(Exception):  # noqa: N818 - a control-flow carrier, not an error
+    """Carries a failure out of the claim block so the handler's writes roll back.
+
+    ``owned``: this thread settled the unit and must record the outcome; False when an
+    abort (cancellation) settled it first, which records nothing.
+    """
+
+    def __init__(self, failure: BaseException, *, owned: bool) -> None:
         super().__init__("handler failed")
         self.failure = failure
+        self.owned = owned
 
 
 class TransactionalPool:
@@ -89,6 +134,9 @@ class TransactionalPool:
         #: Bumped by every hint, so one that arrives during a claim is not slept through.
         self._hints = 0
         self._threads: list[threading.Thread] = []
+        #: Unit key -> the claim connection, while the handler itself runs (interruptible).
+        self._connections: dict[str, Any] = {}
+        self._connections_lock = threading.Lock()
 
     # -- the interface the rest of the worker uses ------------------------------------------
     def hint(self) -> None:
@@ -116,6 +164,41 @@ class TransactionalPool:
     def idle(self) -> bool:
         """Nothing running and the last claim found nothing due."""
         return not self.active and self.empty.is_set()
+
+    def interrupt(self, unit: Unit) -> bool:
+        """Cancel the statement ``unit``'s handler is running (timeout, cancel, shutdown).
+
+        Only while the handler itself runs (never the completion writes). The request is
+        sent from a short-lived thread, so the caller (the supervisor, the listener, a
+        cancelling thread) never waits on the network; that thread holds the connections
+        lock while it sends, and the handler's thread takes that lock before it moves on, so
+        the request can never reach the connection once it is back in the pool serving
+        something else (a cancel that arrives between two statements is ignored by the
+        server). Returns whether a request is being sent.
+        """
+        interrupt = getattr(self.runtime.store, "job_interrupt_transactional", None)
+        if interrupt is None:
+            return False
+        with self._connections_lock:
+            conn = self._connections.get(unit.key)
+        if conn is None:
+            return False
+        job = unit.jobs[0]
+        log.info("transactional_statement_interrupted", worker_id=self.runtime.owner,
+                 job_id=job.id, type=job.type, attempt=job.attempt, reason=unit.signal.reason)
+        threading.Thread(target=self._send_interrupt, args=(interrupt, unit.key, conn),
+                         daemon=True, name="golemq-tx-interrupt").start()
+        return True
+
+    def _send_interrupt(self, interrupt: Any, key: str, conn: Any) -> None:
+        with self._connections_lock:
+            if self._connections.get(key) is not conn:  # the handler has finished meanwhile
+                return
+            try:
+                interrupt(conn)
+            except Exception as exc:  # noqa: BLE001 - best effort: the signal has fired anyway
+                log.warning("transactional_interrupt_failed", worker_id=self.runtime.owner,
+                            type=self.type, error_type=type(exc).__name__)
 
     # -- the loop ---------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -158,9 +241,10 @@ class TransactionalPool:
         only if no hint arrived meanwhile.
         """
         runtime = self.runtime
-        store = cast(TransactionalStore, runtime.store)
+        store = cast(TransactionalJobStore, runtime.store)
         unit: Unit | None = None
         failure: BaseException | None = None
+        owned = True
         written: set[str] = set()
         try:
             with store.job_claim_transactional(self.request()) as claimed:
@@ -172,9 +256,10 @@ class TransactionalPool:
                 self.empty.clear()
                 job, conn = claimed
                 unit = Unit(self, (job,), time.monotonic() + self.lease_seconds)
-                failure, written = self._run(unit, store, conn)
+                written = self._run(unit, store, conn)
         except _Rollback as rollback:
             failure = rollback.failure
+            owned = rollback.owned
         finally:
             if unit is not None:
                 self.active.pop(unit.key, None)
@@ -182,6 +267,8 @@ class TransactionalPool:
         with runtime.lock:
             unit.state = FINISHED
             unit.settled = True
+        if not owned:  # aborted (cancelled): reported by the abort, nothing to write
+            return True
         if failure is not None:
             decide(runtime, unit, failure)
         elif runtime.hub:
@@ -191,7 +278,15 @@ class TransactionalPool:
                              duration=unit.finished_at - unit.started_at)
         return True
 
-    def _run(self, unit: Unit, store: TransactionalStore, conn: Any) -> tuple[None, set[str]]:
+    def _own(self, unit: Unit) -> bool:
+        """Settle ``unit`` for this thread; False when an abort settled it first."""
+        with self.runtime.lock:
+            if unit.settled:
+                return False
+            unit.settled = True
+            return True
+
+    def _run(self, unit: Unit, store: TransactionalJobStore, conn: Any) -> set[str]:
         runtime = self.runtime
         job = unit.jobs[0]
         unit.state = RUNNING
@@ -208,21 +303,36 @@ class TransactionalPool:
             priority=job.priority, enqueued_at=job.enqueued_at, connection=conn,
         )
         failure: BaseException | None
+        with self._connections_lock:
+            self._connections[unit.key] = conn
         try:
             result = self.spec.fn(event)
             failure = HandlerReturnedFalse("handler returned False") if result is False else None
         except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
             failure = exc
+        finally:
+            with self._connections_lock:  # from here on nothing interrupts the connection
+                self._connections.pop(unit.key, None)
         unit.finished_at = time.monotonic()
+        if not self._own(unit):  # cancelled meanwhile: roll back, record nothing
+            raise _Rollback(JobAborted(unit.signal.reason or "cancelled"), owned=False)
         if failure is None and unit.signal.reason == TIMEOUT:
-            failure = JobTimeout(f"attempt exceeded the handler timeout of {self.spec.timeout}s")
+            failure = self._timeout()
         if failure is not None:
-            raise _Rollback(failure)
-        bound = store.with_connection(conn)
-        progress = event._progress_pending
-        if progress is not None:
-            bound.job_progress(runtime.owner, unit.refs[0], progress)
-        return None, bound.job_complete_many(runtime.owner, list(unit.refs))
+            raise _Rollback(failure, owned=True)
+        try:
+            bound = store.with_connection(conn)
+            progress = event._progress_pending
+            if progress is not None:
+                bound.job_progress(runtime.owner, unit.refs[0], progress)
+            return bound.job_complete_many(runtime.owner, list(unit.refs))
+        except Exception as exc:  # noqa: BLE001 - roll the handler's writes back, then retry
+            # An interrupt sent just as the handler returned can land on these writes.
+            failure = self._timeout() if unit.signal.reason == TIMEOUT else exc
+            raise _Rollback(failure, owned=True) from None
+
+    def _timeout(self) -> JobTimeout:
+        return JobTimeout(f"attempt exceeded the handler timeout of {self.spec.timeout}s")
 
 
-__all__ = ["TransactionalPool", "TransactionalStore", "supports_transactional"]
+__all__ = ["TransactionalPool", "TransactionalStore", "lock_warnings", "supports_transactional"]

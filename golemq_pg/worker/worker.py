@@ -48,7 +48,11 @@ from golemq_pg.worker.progress import ProgressReporter
 from golemq_pg.worker.runtime import Runtime, _short
 from golemq_pg.worker.shutdown import shut_down
 from golemq_pg.worker.supervisor import Supervisor
-from golemq_pg.worker.transactional import TransactionalPool, supports_transactional
+from golemq_pg.worker.transactional import (
+    TransactionalPool,
+    lock_warnings,
+    supports_transactional,
+)
 
 log = structlog.get_logger("golemq_pg.worker")
 
@@ -281,6 +285,9 @@ class Worker:
                 )
         if not len(self._handlers):
             log.warning("worker_without_handlers", worker_id=self.worker_id)
+        for text in lock_warnings(self._handlers, cfg.resources):
+            log.warning("transactional_claim_holds_locks", worker_id=self.worker_id,
+                        detail=text)
 
     def _launch(self) -> None:
         cfg = self.config

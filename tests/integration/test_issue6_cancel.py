@@ -1,0 +1,380 @@
+"""Cancellation (issue 6): across processes, pending-only, by dedupe key, late completions.
+
+The cross-process tests run the canceller in a real subprocess (its own ``Queue`` and
+store, so the in-process abort registry cannot help) and measure the time from the cancel's
+commit to the moment the handler sees its signal. Both processes read ``time.monotonic()``,
+which is the system-wide CLOCK_MONOTONIC on Linux, so the timestamps compare directly.
+"""
+
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_worker_helpers import Recorder, wait_until
+
+from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+
+#: A canceller process. stdin: "id <job_id>" or "scope <type> <id>"; stdout per command:
+#: "done <count> <monotonic before the call> <monotonic after it returned>".
+CANCELLER = r"""
+import sys, time
+import structlog
+from golemq_pg import PostgresStore, Queue
+
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+store = PostgresStore.connect(sys.argv[1], schema=sys.argv[2], max_size=2)
+queue = Queue(store)
+store.now()  # connect before the first command, so it measures the cancel alone
+print("ready", flush=True)
+for line in sys.stdin:
+    parts = line.split()
+    if not parts:
+        continue
+    before = time.monotonic()
+    if parts[0] == "id":
+        count = int(queue.cancel(parts[1], reason="remote cancel"))
+    else:
+        count = queue.cancel_for_scope((parts[1], parts[2]), reason="remote cancel")
+    after = time.monotonic()
+    print("done", count, repr(before), repr(after), flush=True)
+store.close()
+"""
+
+
+class Canceller:
+    """The canceller subprocess, driven line by line."""
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CANCELLER, dsn, schema],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert self._line() == "ready"
+
+    def _line(self) -> str:
+        """The next protocol line ("ready" / "done ..."), skipping anything else."""
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, "the canceller process exited"
+            if line.startswith(("ready", "done")):
+                return line.strip()
+
+    def run(self, command: str) -> tuple[int, float, float]:
+        """Send one command; returns (count cancelled, monotonic before, monotonic after)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        word, count, before, after = self._line().split()
+        assert word == "done"
+        return int(count), float(before), float(after)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def canceller(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Canceller]:
+    proc = Canceller(pg_dsn, pg_store.schema)
+    yield proc
+    proc.close()
+
+
+def _status(queue: Queue, job_id: str | None) -> JobStatus | None:
+    """The job's status, or None when it does not exist."""
+    assert job_id is not None
+    summary = queue.get(job_id)
+    return None if summary is None else summary.status
+
+
+def _blocking_worker(store: Any, *, notify: bool, poll: float, rec: Recorder,
+                     started: queue_mod.Queue[str],
+                     seen: queue_mod.Queue[tuple[str, float, str | None]]) -> Worker:
+    """A worker whose "victim" handler blocks on its signal and reports when it fired."""
+    worker = Worker(store, poll_interval=poll, notify=notify, observers=[rec])
+
+    @worker.handler("victim", concurrency=2)
+    def victim(job: JobEvent[Any]) -> None:
+        started.put(job.id)
+        fired = job.signal.wait(30)
+        seen.put((job.id, time.monotonic(), job.signal.reason if fired else None))
+        job.signal.raise_if_cancelled()
+
+    return worker
+
+
+def _trials(queue: Queue, canceller: Canceller, started: queue_mod.Queue[str],
+            seen: queue_mod.Queue[tuple[str, float, str | None]], trials: int,
+            dephase: float = 0.0) -> tuple[list[float], list[float]]:
+    """Run ``trials`` cancels; returns (commit -> signal, call start -> signal) seconds.
+
+    ``dephase``: wait a random time up to this long before each cancel, so that cancels do
+    not always land at the same phase of the worker's polling loops.
+    """
+    after_commit: list[float] = []
+    whole_call: list[float] = []
+    rng = random.Random(6)
+    for n in range(trials):
+        job_id = queue.add("victim", {"n": n}, scope=("Doc", f"d{n}"))
+        assert job_id
+        assert started.get(timeout=10) == job_id
+        if dephase:
+            time.sleep(rng.uniform(0, dephase))
+        command = f"id {job_id}" if n % 2 == 0 else f"scope Doc d{n}"
+        count, before, after = canceller.run(command)
+        assert count == 1
+        got_id, at, reason = seen.get(timeout=10)
+        assert (got_id, reason) == (job_id, "cancelled")
+        # The NOTIFY is sent at commit, so the handler can see it a hair before the
+        # canceller's call has returned: that counts as zero.
+        after_commit.append(max(at - after, 0.0))
+        whole_call.append(at - before)
+        assert queue.get(job_id) is None
+    return after_commit, whole_call
+
+
+def _report(label: str, after_commit: list[float], whole_call: list[float]) -> str:
+    def ms(values: list[float]) -> str:
+        return (f"p50 {statistics.median(values) * 1000:.1f} ms, "
+                f"max {max(values) * 1000:.1f} ms")
+
+    text = (f"{label}: {len(after_commit)} trials; commit -> handler signalled {ms(after_commit)}"
+            f"; cancel call start -> signalled {ms(whole_call)}")
+    print(text)
+    return text
+
+
+def test_cancel_from_another_process_aborts_by_notify_and_latency(
+    pg_store: PostgresStore, canceller: Canceller
+) -> None:
+    rec = Recorder()
+    started: queue_mod.Queue[str] = queue_mod.Queue()
+    seen: queue_mod.Queue[tuple[str, float, str | None]] = queue_mod.Queue()
+    # Polling and the reconcile pass run every 30 s: only the NOTIFY can be this fast.
+    worker = _blocking_worker(pg_store, notify=True, poll=30, rec=rec, started=started,
+                              seen=seen)
+    queue = Queue(pg_store)
+    worker.start()
+    try:
+        after_commit, whole_call = _trials(queue, canceller, started, seen, trials=20)
+    finally:
+        worker.stop(timeout=2)
+    _report("cross-process cancel via NOTIFY", after_commit, whole_call)
+    assert statistics.median(after_commit) < 0.1
+    assert max(after_commit) < 1.0
+    cancelled = rec.of("cancelled")
+    assert len(cancelled) == 20
+    assert {t.error for t in cancelled} == {None}  # the reason is not sent across processes
+    assert "succeeded" not in rec.outcomes()
+    assert "lease-lost" not in rec.outcomes()
+    assert queue.count_by_status() == dict.fromkeys(JobStatus, 0)
+
+
+def test_without_notify_the_reconcile_pass_aborts_within_one_poll_interval(
+    pg_store: PostgresStore, canceller: Canceller
+) -> None:
+    poll = 0.25
+    rec = Recorder()
+    started: queue_mod.Queue[str] = queue_mod.Queue()
+    seen: queue_mod.Queue[tuple[str, float, str | None]] = queue_mod.Queue()
+    worker = _blocking_worker(pg_store, notify=False, poll=poll, rec=rec, started=started,
+                              seen=seen)
+    queue = Queue(pg_store)
+    worker.start()
+    try:
+        after_commit, whole_call = _trials(queue, canceller, started, seen, trials=8,
+                                           dephase=poll)
+    finally:
+        worker.stop(timeout=2)
+    _report(f"cross-process cancel, reconcile only (poll {poll}s)", after_commit, whole_call)
+    # One reconcile interval, plus the pass itself on a busy 2-core machine.
+    assert max(after_commit) < poll + 0.35
+    assert len(rec.of("cancelled")) == 8
+    assert "lease-lost" not in rec.outcomes()
+
+
+def test_cancel_pending_for_scope_leaves_running_work_alone(store: Any) -> None:
+    rec = Recorder()
+    producer_rec = Recorder()
+    queue = Queue(store, observers=[producer_rec])
+    worker = Worker(store, poll_interval=0.05, observers=[rec])
+    gate = threading.Event()
+    started = threading.Event()
+    signals: list[Any] = []
+
+    @worker.handler("render", serialize_by_scope=True, concurrency=2)
+    def render(job: JobEvent[Any]) -> None:
+        if job.payload["n"] == 0:
+            signals.append(job.signal)
+            started.set()
+            assert gate.wait(30)
+
+    first = queue.add("render", {"n": 0}, scope=("Doc", "d1"))
+    assert first
+    worker.start()
+    try:
+        assert started.wait(10)
+        # Queued behind the running job by serialize_by_scope (and one scheduled later).
+        queued = [queue.add("render", {"n": n}, scope=("Doc", "d1")) for n in (1, 2)]
+        queued.append(queue.add("render", {"n": 3}, scope=("Doc", "d1"), delay=60))
+        elsewhere = queue.add("render", {"n": 4}, scope=("Doc", "d2"))
+        assert queue.cancel_pending_for_scope(("Doc", "d1"), reason="superseded") == 3
+        assert not signals[0].cancelled  # the running job was not touched
+        summary = queue.get(first)
+        assert summary is not None
+        assert summary.status is JobStatus.RUNNING
+        assert all(queue.get(job_id) is None for job_id in queued)  # type: ignore[arg-type]
+        assert queue.cancel_pending_for_scope(("Doc", "d1")) == 0
+        gate.set()
+        wait_until(lambda: _status(queue, first) is JobStatus.SUCCEEDED, timeout=10)
+        wait_until(lambda: _status(queue, elsewhere) is JobStatus.SUCCEEDED, timeout=10)
+    finally:
+        gate.set()
+        worker.stop()
+    assert [j.id for j in queue.find_for_scope(("Doc", "d1"))] == [first]
+    assert sorted(t.job_id for t in producer_rec.of("cancelled")) == sorted(queued)  # type: ignore[type-var]
+    assert {t.error for t in producer_rec.of("cancelled")} == {"superseded"}
+    assert rec.of("cancelled") == []  # the worker aborted nothing
+
+
+def test_cancel_by_dedupe_keys_touches_only_the_named_type(store: Any) -> None:
+    rec = Recorder()
+    queue = Queue(store)
+    worker = Worker(store, poll_interval=0.05, observers=[rec])
+    gate = threading.Event()
+    running: dict[str, Any] = {}
+    reasons: dict[str, str | None] = {}
+
+    def blocking(job: JobEvent[Any]) -> None:
+        running[job.type] = job.signal
+        job.signal.wait(30) if job.type == "audio" else gate.wait(30)
+        reasons[job.type] = job.signal.reason
+        job.signal.raise_if_cancelled()
+
+    worker.handler("audio")(blocking)
+    worker.handler("video")(blocking)
+    audio_v1 = queue.add("audio", {}, dedupe_key="v1")
+    video_v1 = queue.add("video", {}, dedupe_key="v1")
+    worker.start()
+    try:
+        wait_until(lambda: len(running) == 2, timeout=10)
+        audio_v2 = queue.add("audio", {}, dedupe_key="v2", delay=60)
+        audio_v3 = queue.add("audio", {}, dedupe_key="v3", delay=60)
+        video_v2 = queue.add("video", {}, dedupe_key="v2", delay=60)
+        assert queue.cancel_by_dedupe_keys("nothing", ["v1", "v2"]) == 0
+        count = queue.cancel_by_dedupe_keys("audio", ["v1", "v2", "absent"], reason="voice")
+        assert count == 2  # the running v1 and the queued v2
+        assert running["audio"].reason == "cancelled"  # same process: before the call returned
+        assert not running["video"].cancelled
+        assert queue.get(audio_v1) is None  # type: ignore[arg-type]
+        assert queue.get(audio_v2) is None  # type: ignore[arg-type]
+        assert queue.get(audio_v3) is not None  # type: ignore[arg-type]
+        assert queue.get(video_v2) is not None  # type: ignore[arg-type]
+        gate.set()
+        wait_until(lambda: _status(queue, video_v1) is JobStatus.SUCCEEDED, timeout=10)
+    finally:
+        gate.set()
+        worker.stop()
+    assert reasons == {"audio": "cancelled", "video": None}
+    assert [t.job_id for t in rec.of("cancelled")] == [audio_v1]
+    # The key is free again once its job was cancelled.
+    assert queue.add("audio", {}, dedupe_key="v1") is not None
+
+
+@pytest.mark.parametrize("outcome", ["returns", "raises"])
+def test_a_cancelled_jobs_late_outcome_writes_nothing(
+    pg_store: PostgresStore, canceller: Canceller, outcome: str
+) -> None:
+    rec = Recorder()
+    queue = Queue(pg_store)
+    # The handler ignores its signal; abandon_grace is long, so its thread returns late on
+    # its own, well after the row was deleted by the other process.
+    worker = Worker(pg_store, poll_interval=0.05, abandon_grace=30, observers=[rec],
+                    base_backoff=0, max_backoff=0)
+    started = threading.Event()
+    gate = threading.Event()
+    returned = threading.Event()
+
+    @worker.handler("stubborn")
+    def stubborn(job: JobEvent[Any]) -> None:
+        started.set()
+        gate.wait(30)
+        job.progress(1.0)  # fenced: nothing to write on a deleted row
+        returned.set()
+        if outcome == "raises":
+            raise RuntimeError("late failure")
+
+    job_id = queue.add("stubborn", {}, dedupe_key="k1", scope=("Doc", "late"))
+    assert job_id
+    worker.start()
+    try:
+        assert started.wait(10)
+        count, _, _ = canceller.run("scope Doc late")
+        assert count == 1
+        rec.wait_for("cancelled")
+        gate.set()
+        assert returned.wait(10)
+        # Give the worker time to (not) write the outcome: the completer flushes in ms.
+        time.sleep(0.3)
+        assert queue.get(job_id) is None
+        assert queue.count_by_status() == dict.fromkeys(JobStatus, 0)
+    finally:
+        gate.set()
+        worker.stop(timeout=2)
+    assert rec.outcomes(job_id) == ["started", "cancelled"]
+    assert queue.get(job_id) is None  # never resurrected
+    again = queue.add("stubborn", {}, dedupe_key="k1")
+    assert again is not None
+    assert again != job_id
+
+
+def test_cancel_return_values_count_what_was_cancelled(store: Any) -> None:
+    rec = Recorder()
+    queue = Queue(store, observers=[rec])
+    worker = Worker(store, poll_interval=0.05)
+    started = threading.Event()
+
+    @worker.handler("work")
+    def work(job: JobEvent[Any]) -> None:
+        if job.payload["block"]:
+            started.set()
+            job.signal.wait(30)
+            job.signal.raise_if_cancelled()
+
+    done = queue.add("work", {"block": False}, scope=("A", "1"))
+    assert done
+    worker.run_until_empty(timeout=20)
+    running = queue.add("work", {"block": True}, scope=("A", "1"))
+    worker.start()
+    try:
+        assert started.wait(10)
+        later = [queue.add("work", {"block": False}, scope=("A", "1"), delay=60)
+                 for _ in range(2)]
+        assert queue.cancel(done) is False  # finished work is history, not cancellable
+        assert queue.cancel("987654321") is False
+        assert queue.cancel_for_scope(("A", "empty")) == 0
+        assert queue.cancel_for_scope(("A", "1")) == 3  # one running + two queued
+    finally:
+        worker.stop()
+    assert sorted(t.job_id for t in rec.of("cancelled")) == sorted([running, *later])  # type: ignore[type-var]
+    summary = queue.get(done)
+    assert summary is not None
+    assert summary.status is JobStatus.SUCCEEDED

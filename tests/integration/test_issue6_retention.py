@@ -1,0 +1,164 @@
+"""Retention (issue 6): the worker's background sweep prunes only old finished rows of the
+chosen statuses, in bounded batches that never wait on a locked row, while it keeps
+processing other jobs.
+
+The store's ``job_prune`` calls are counted with a thin subclass of the real PostgresStore.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from test_worker_helpers import wait_until
+
+from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Retention, Worker
+from golemq_pg.store.port import ClaimRequest, FailItem, LeaseRef, TypeSlots
+from golemq_pg.worker import maintenance
+
+BATCH = 7
+
+
+class PruneCountingStore(PostgresStore):
+    """The real PostgresStore, recording every ``job_prune`` call and what it deleted."""
+
+    _record_lock = threading.Lock()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.prunes: list[tuple[tuple[str, ...], int | None, int]] = []
+
+    def job_prune(
+        self,
+        statuses: Any,
+        *,
+        before: datetime | None,
+        age: float | None,
+        limit: int | None = None,
+    ) -> int:
+        deleted = super().job_prune(statuses, before=before, age=age, limit=limit)
+        with self._record_lock:
+            self.prunes.append((tuple(str(s) for s in statuses), limit, deleted))
+        return deleted
+
+
+@pytest.fixture
+def counting_store(pg_dsn: str, schema: str) -> Iterator[PruneCountingStore]:
+    made = PruneCountingStore.connect(pg_dsn, schema=schema, max_size=8)
+    assert isinstance(made, PruneCountingStore)
+    made.migrate()
+    yield made
+    made.close()
+
+
+def _claim(store: PostgresStore, job_type: str, n: int) -> list[Any]:
+    return store.job_claim(ClaimRequest(
+        owner="setup", types=[TypeSlots(type=job_type, limit=n, lease_seconds=3600)]
+    ))
+
+
+def _backdate(dsn: str, schema: str, ids: list[str]) -> None:
+    """Make rows look finished two hours ago (whatever their status)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {}.jobs SET finished_at = now() - interval '2 hours', "
+                    "created_at = now() - interval '3 hours' WHERE id = ANY(%s::bigint[])")
+            .format(sql.Identifier(schema)),
+            ([int(i) for i in ids],),
+        )
+
+
+def _history(store: PostgresStore, queue: Queue, dsn: str) -> dict[str, list[str]]:
+    """Old and recent succeeded / failed rows, plus live rows with an old finished_at."""
+    made: dict[str, list[str]] = {}
+    for label, count, fail in [("old_ok", 25, False), ("old_failed", 10, True),
+                               ("new_ok", 5, False), ("new_failed", 4, True)]:
+        job_type = "hist-" + label
+        queue.add_many(job_type, [{"n": n} for n in range(count)])
+        claimed = _claim(store, job_type, count)
+        refs = [LeaseRef(job.id, job.lease_token) for job in claimed]
+        if fail:
+            store.job_fail_many("setup", [FailItem(r.id, r.token, "E: x") for r in refs])
+        else:
+            store.job_complete_many("setup", refs)
+        made[label] = [r.id for r in refs]
+    queue.add_many("idle-pending", [{"n": n} for n in range(4)])
+    made["pending"] = [j.id for j in queue.find(types=["idle-pending"])]
+    queue.add_many("idle-running", [{"n": n} for n in range(2)])
+    made["running"] = [job.id for job in _claim(store, "idle-running", 2)]
+    _backdate(dsn, store.schema, made["old_ok"] + made["old_failed"] + made["pending"]
+              + made["running"])
+    return made
+
+
+def _existing(queue: Queue, ids: list[str]) -> list[str]:
+    return [i for i in ids if queue.get(i) is not None]
+
+
+def test_retention_sweeps_delete_only_what_they_should_in_batches(
+    counting_store: PruneCountingStore, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = counting_store
+    monkeypatch.setattr(maintenance, "PRUNE_LIMIT", BATCH)
+    queue = Queue(store)
+    made = _history(store, queue, pg_dsn)
+    busy_done: list[str] = []
+
+    def busy(job: JobEvent[Any]) -> None:
+        job.signal.wait(0.005)
+        busy_done.append(job.id)
+
+    # One old succeeded row stays locked by another transaction for a while: the sweep
+    # must skip it instead of waiting, and get it on a later sweep.
+    locked_id = made["old_ok"][0]
+    holder = psycopg.connect(pg_dsn)
+    holder.execute(sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE")
+                   .format(sql.Identifier(store.schema)), (int(locked_id),))
+
+    worker = Worker(store, poll_interval=0.05, retention=Retention(
+        older_than=3600, sweep_interval=0.1, statuses=(JobStatus.SUCCEEDED,)))
+    worker.handler("busy", concurrency=2)(busy)
+    queue.add_many("busy", [{"n": n} for n in range(40)])
+    worker.start()
+    try:
+        wait_until(lambda: _existing(queue, made["old_ok"]) == [locked_id], timeout=20)
+        for n in range(40, 60):  # the worker keeps processing while it sweeps
+            queue.add("busy", {"n": n})
+        sweeps_before_unlock = len(store.prunes)
+        holder.rollback()
+        wait_until(lambda: not _existing(queue, made["old_ok"]), timeout=20)
+        wait_until(lambda: len(busy_done) == 60, timeout=30)
+    finally:
+        holder.close()
+        worker.stop()
+    assert sweeps_before_unlock >= 4
+    deleted = [count for _, _, count in store.prunes]
+    assert sum(deleted) == 25
+    assert {limit for _, limit, _ in store.prunes} == {BATCH}
+    assert max(deleted) <= BATCH
+    assert len([count for count in deleted if count]) >= 5  # 25 rows: several batches
+    assert {statuses for statuses, _, _ in store.prunes} == {("succeeded",)}
+    # Kept: old failed (not in statuses), recent rows, live rows, the busy jobs just done.
+    for label in ("old_failed", "new_ok", "new_failed", "pending", "running"):
+        assert _existing(queue, made[label]) == made[label], label
+    assert queue.count_by_status()[JobStatus.SUCCEEDED] == 5 + 60
+
+    # A second worker with the default statuses takes the old dead letters too.
+    store.prunes.clear()
+    worker = Worker(store, poll_interval=0.05,
+                    retention=Retention(older_than=3600, sweep_interval=0.1))
+    worker.handler("busy")(busy)
+    worker.start()
+    try:
+        wait_until(lambda: not _existing(queue, made["old_failed"]), timeout=20)
+    finally:
+        worker.stop()
+    assert sum(count for _, _, count in store.prunes) == 10
+    assert max(count for _, _, count in store.prunes) <= BATCH
+    for label in ("new_ok", "new_failed", "pending", "running"):
+        assert _existing(queue, made[label]) == made[label], label

@@ -1,0 +1,125 @@
+"""Checked by mypy in test_typing.py, never run or collected by pytest.
+
+Each line that must be rejected ends with ``# expect: <error code>``; every other line
+must type-check.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from golemq_pg import (
+    BatchEvent,
+    InMemoryStore,
+    JobEvent,
+    JobType,
+    PostgresStore,
+    Queue,
+    Worker,
+)
+from golemq_pg.store.port import TransactionalJobStore
+
+
+class ExtractPayload(TypedDict):
+    article_id: str
+
+
+class DigestPayload(TypedDict):
+    user_id: int
+    items: list[str]
+
+
+ArticleExtract = JobType("article.extract", ExtractPayload)
+DigestSend = JobType("digest.send", DigestPayload, grouped=True)
+
+store = InMemoryStore()
+queue = Queue(store)
+worker = Worker(store)
+
+# -- producer: the payload is checked against the JobType's TypedDict -------------------------
+queue.add(ArticleExtract, {"article_id": "a1"})
+queue.add(ArticleExtract, {"article_id": "a1"}, scope=("Article", "a1"), delay=5)
+queue.add(ArticleExtract, {"article": "a1"})  # expect: arg-type
+queue.add(ArticleExtract, {"article_id": 1})  # expect: typeddict-item
+queue.add(ArticleExtract, {})  # expect: arg-type
+queue.add(DigestSend, {"user_id": 7, "items": ["x"]}, scope=("User", "7"))
+queue.add(DigestSend, {"user_id": "7", "items": []}, scope=("User", "7"))  # expect: typeddict-item
+queue.add_many(ArticleExtract, [{"article_id": "a1"}, {"article_id": "a2"}])
+queue.add_many(ArticleExtract, [{"article_id": 2}])  # expect: typeddict-item
+name: str = ArticleExtract.name
+extract_payload: ExtractPayload = {"article_id": "a2"}
+digest_payload: DigestPayload = {"user_id": 1, "items": []}
+queue.add(ArticleExtract, extract_payload)
+queue.add(ArticleExtract, digest_payload)  # expect: arg-type
+
+# -- plain strings keep working, untyped ------------------------------------------------------
+queue.add("article.extract", {"article_id": 1, "anything": [1, 2]})
+queue.add_many("email.send", [{"to": "a@example.com"}])
+
+
+@worker.handler("plain.type")
+def plain(job: JobEvent[Any]) -> None:
+    job.payload["whatever"]
+
+
+# -- consumer: handlers get JobEvent[Payload] ------------------------------------------------
+@worker.handler(ArticleExtract, timeout=30)
+def extract(job: JobEvent[ExtractPayload]) -> None:
+    text: str = job.payload["article_id"]
+    job.progress(0.5)
+    del text
+
+
+@worker.handler(ArticleExtract)
+def extract_reads_a_missing_key(job: JobEvent[ExtractPayload]) -> None:
+    job.payload["missing"]  # expect: typeddict-item
+
+
+@worker.handler(ArticleExtract)
+def extract_wrong_value_type(job: JobEvent[ExtractPayload]) -> None:
+    count: int = job.payload["article_id"]  # expect: assignment
+    del count
+
+
+@worker.handler(ArticleExtract)  # expect: arg-type
+def extract_wrong_payload(job: JobEvent[DigestPayload]) -> None:
+    del job
+
+
+@worker.handler(ArticleExtract, transactional=True)
+def extract_returning_bool(job: JobEvent[ExtractPayload]) -> bool:
+    return job.attempt < 3
+
+
+@worker.handler(DigestSend)
+def digest(batch: BatchEvent[DigestPayload]) -> None:
+    for job in batch.jobs:
+        user: int = job.payload["user_id"]
+        del user
+
+
+@worker.handler(DigestSend)
+def digest_wrong_key(batch: BatchEvent[DigestPayload]) -> None:
+    batch.jobs[0].payload["article_id"]  # expect: typeddict-item
+
+
+@worker.handler("loose.type", concurrency=2)
+def loose(job: JobEvent[ExtractPayload]) -> None:
+    job.payload["article_id"].upper()
+
+
+extract(JobEvent(id="1", type="article.extract", payload={"article_id": "a1"}))
+extract(
+    JobEvent(id="1", type="article.extract",
+             payload={"nope": "a1"})  # expect: typeddict-item, typeddict-unknown-key
+)
+
+
+# -- the optional transactional verbs of the store port ------------------------------------
+def needs_transactional(store: TransactionalJobStore) -> None:
+    del store
+
+
+def check_stores(pg: PostgresStore, memory: InMemoryStore) -> None:
+    needs_transactional(pg)
+    needs_transactional(memory)  # expect: arg-type
