@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from contract_support import add, claim, concurrently, is_memory, put, refs, slots
+from contract_support import add, claim, concurrently, put, refs, slots
 
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
@@ -202,9 +202,9 @@ def test_enqueue_many_with_a_delay_parks_every_job(store: JobStore) -> None:
     assert all(j.run_at > store.now() for j in found)
 
 
-def test_the_store_without_a_database_refuses_a_connection(store: JobStore) -> None:
-    if not is_memory(store):
-        pytest.skip("connection= is a PostgreSQL feature")
+def test_the_store_without_a_database_refuses_a_connection(mem_store: JobStore) -> None:
+    # connection= is a PostgreSQL feature: the in-memory store refuses it clearly.
+    store = mem_store
     params = EnqueueParams(type="a", payload=b"{}")
     with pytest.raises(TypeError, match="connection"):
         store.job_enqueue(params, connection=object())
