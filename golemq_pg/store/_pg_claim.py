@@ -5,7 +5,13 @@ Unguarded types (no guard, in no resource pool) are claimed together by one stat
 advisory locks it needs, in key order (``claim_lock_exclusive``), then the claim itself as
 the next statement, so its snapshot sees every claim that finished before the locks were
 granted. The two kinds never share a transaction, which keeps the lock order global. Both
-statements of a guarded claim travel in one pipeline: one round trip.
+statements of a guarded claim travel in one pipeline: one round trip. In a transaction the
+store owns, the lock statement also switches the claim to its generic plan (the guarded
+statements take longer to plan than to run); the setting is transaction-local.
+
+The guarded statements read the clock as ``statement_timestamp()``, taken after the locks:
+leases, due times and rate windows are judged when the claim decides, and the rate window
+of a pool moves forward in the order its lock is granted (see ``claim.sql``).
 """
 
 from __future__ import annotations
@@ -23,14 +29,27 @@ from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimReques
 
 log = structlog.get_logger("golemq_pg.store.claim")
 
-# How far down the due backlog (in claim order) a serialize_by_scope / grouped claim looks
-# for claimable scopes: bounded so that a claim's cost does not grow with the backlog. The
-# window adapts per type: it doubles while full windows yield fewer scopes than wanted (a
-# backlog clustered by scope) and shrinks back once claims are full again.
-_LOOKAHEAD_FACTOR = 2
-_LOOKAHEAD_MIN = 50
-_LOOKAHEAD_MAX = 50_000
-_GATE_COLUMNS = 6
+# serialize_by_scope and grouped claims first read a window of the due backlog in claim
+# order (exact claim order for a backlog spread over many scopes), then, when that window is
+# full but holds too few free scopes, walk the distinct scopes of the type (a loose index scan
+# over jobs_pending_scope_idx) from where the previous walk of this type ended. Both are
+# bounded, so the cost of a claim does not grow with the backlog or the number of scopes.
+_WINDOW_FACTOR = 2
+_WINDOW_MIN = 50
+# The window is filled from at most this many due rows in claim order, however many of them
+# belong to scopes that are running (their rows are skipped): a running scope with a long
+# backlog at the head of the queue costs a bounded read, and the walk reaches the rest.
+_SCAN_FACTOR = 8
+_SCAN_MIN = 1000
+_WALK_FACTOR = 4
+_WALK_MIN = 64
+#: serialize_by_scope: a scope reached by the walk runs its highest-priority due job, oldest
+#: first, among its first this-many due jobs in arrival order (when the type's pending jobs
+#: have different priorities; otherwise simply its oldest due job).
+SCOPE_DEPTH = 64
+#: Columns before the claimed job's in a guarded claim's rows: the gate's verdict
+#: (has_due, nwr_block, wf_block, conc_block, rate_block) and where the walk ended.
+_GATE_COLUMNS = 7
 
 
 def lock_prefixes(schema: str) -> tuple[str, str]:
@@ -49,24 +68,15 @@ def pools_of(job_type: str, resources: dict[str, Resource]) -> list[tuple[str, R
 class Claimer:
     """Runs claims for one schema on connections the store hands it."""
 
-    __slots__ = ("_lookahead", "_pool_prefix", "_q", "_rate_window", "_type_prefix")
+    __slots__ = ("_cursors", "_pool_prefix", "_q", "_rate_window", "_type_prefix")
 
     def __init__(self, queries: Queries, schema: str, rate_window: float) -> None:
         self._q = queries
         self._type_prefix, self._pool_prefix = lock_prefixes(schema)
         self._rate_window = float(rate_window)
-        self._lookahead: dict[str, int] = {}
-
-    def _base_lookahead(self, slot: TypeSlots) -> int:
-        return min(max(slot.limit * _LOOKAHEAD_FACTOR, _LOOKAHEAD_MIN), _LOOKAHEAD_MAX)
-
-    def _adapt(self, slot: TypeSlots, window: int, cand_rows: int, claimed: int) -> None:
-        """Grow the look-ahead after a full window that yielded too little; else shrink it."""
-        base = self._base_lookahead(slot)
-        if cand_rows >= window and claimed < slot.limit:
-            self._lookahead[slot.type] = min(window * 2, _LOOKAHEAD_MAX)
-        elif window > base:
-            self._lookahead[slot.type] = max(window * 3 // 4, base)
+        # Per type: the scope where the last scope walk ended (the next one starts after it).
+        # Only fairness depends on it; a lost update between threads is harmless.
+        self._cursors: dict[str, tuple[str | None, str | None]] = {}
 
     # -- planning ----------------------------------------------------------------------------
     @staticmethod
@@ -114,15 +124,15 @@ class Claimer:
                 member_types.append(member)
                 member_costs.append(res.cost_of(member))
         scoped = slot.serialize_by_scope or slot.grouped
-        lookahead = (
-            self._lookahead.get(slot.type) or self._base_lookahead(slot) if scoped else slot.limit
-        )
+        lookahead = max(slot.limit * _WINDOW_FACTOR, _WINDOW_MIN) if scoped else slot.limit
+        cursor_type, cursor_id = self._cursors.get(slot.type, (None, None))
         claim = {
             "owner": owner,
             "type": slot.type,
             "lease": float(slot.lease_seconds),
             "limit": slot.limit,
             "lookahead": lookahead,
+            "scan_limit": max(lookahead * _SCAN_FACTOR, _SCAN_MIN),
             "serialize_by_scope": slot.serialize_by_scope,
             "max_batch": slot.max_batch,
             "not_while_running": list(slot.not_while_running),
@@ -136,6 +146,11 @@ class Claimer:
             "member_types": member_types,
             "member_costs": member_costs,
             "rate_window": self._rate_window,
+            "cursor_type": cursor_type,
+            "cursor_id": cursor_id,
+            "walk_limit": max(slot.limit * _WALK_FACTOR, _WALK_MIN),
+            # grouped: a group is claimable when any of its jobs is due; members go by id
+            "scope_depth": 1 if slot.grouped else SCOPE_DEPTH,
         }
         return {"names": lock_names}, claim
 
@@ -184,30 +199,14 @@ class Claimer:
     ) -> tuple[list[ClaimedJob], ClaimBlock | None]:
         lock_params, params = self.guarded_params(owner, slot, resources)
         query = self._q["job_claim_grouped" if slot.grouped else "job_claim_guarded"]
-        scoped = slot.serialize_by_scope or slot.grouped
-        jobs: list[ClaimedJob] = []
-        units = 0
-        while True:
-            rows = self._guarded_round(conn, lock_params, query, params, managed=managed)
-            found = [claimed(row, _GATE_COLUMNS) for row in rows if row[_GATE_COLUMNS] is not None]
-            jobs += found
-            if not scoped or not rows:
-                break
-            got = len({j.scope for j in found}) if slot.grouped else len(found)
-            units += got
-            window: int = params["lookahead"]
-            self._adapt(slot, window, rows[0][5], units)
-            # A full window that yielded too few scopes means a backlog clustered by scope:
-            # claim again with a wider window. The scopes leased so far are live now, so the
-            # next round skips them; each round claims at least one new scope or stops.
-            if got == 0 or units >= slot.limit or rows[0][5] < window:
-                break
-            params = {
-                **params,
-                "limit": slot.limit - units,
-                "lookahead": min(window * 2, _LOOKAHEAD_MAX),
-            }
-        block = None if jobs or not rows else self._why_blocked(slot, rows[0])
+        rows = self._guarded_round(conn, lock_params, query, params, managed=managed)
+        if not rows:  # pragma: no cover - the statement always returns the gate row
+            return [], None
+        head = rows[0]
+        if head[5] is not None:
+            self._cursors[slot.type] = (head[5], head[6])
+        jobs = [claimed(row, _GATE_COLUMNS) for row in rows if row[_GATE_COLUMNS] is not None]
+        block = None if jobs else self._why_blocked(slot, head)
         return jobs, block
 
     def _guarded_round(
@@ -222,7 +221,7 @@ class Claimer:
         """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip)."""
         if managed:
             with conn.pipeline(), conn.transaction():
-                conn.execute(self._q["claim_lock_exclusive"], lock_params)
+                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params)
                 cur = conn.execute(query, params)
             return cur.fetchall()
         conn.execute(self._q["claim_lock_exclusive"], lock_params)

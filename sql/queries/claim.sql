@@ -84,17 +84,34 @@ SELECT pg_advisory_xact_lock(k.key)::text
          ORDER BY 1) k
 
 
+-- name: claim_lock_exclusive_generic
+-- claim_lock_exclusive for a transaction the store owns, which also makes the claim that
+-- follows use its generic plan (transaction-local setting): the guarded claims plan in about
+-- a millisecond, longer than they run, and their generic plans are as good as the custom
+-- ones (every statement is written so that no parameter value changes the best plan).
+SELECT pg_advisory_xact_lock(k.key)::text,
+       set_config('plan_cache_mode', 'force_generic_plan', true)
+  FROM (SELECT DISTINCT hashtextextended(n, 0) AS key
+          FROM unnest(%(names)s::text[]) AS n
+         ORDER BY 1) k
+
+
 -- name: fragment_claim_gate
 -- Guard checks shared by the guarded claims (expects CTE "pools" and the guard parameters).
 -- Each *_block column names what blocks the type, NULL when nothing does; "room" is the most
 -- jobs the resource pools admit now (NULL: unbounded). Expired leases never block.
+-- The guarded claims read the clock as statement_timestamp(): the start of the claim
+-- statement, which runs after every advisory lock is granted. So a claimer that waited for
+-- the locks judges leases, due times and the rate window at the time it actually decides,
+-- and successive holders of one lock see non-decreasing clocks (the rate window of a pool
+-- moves forward in lock order, and each claim is charged to the window its started_at falls in).
 pool_use AS MATERIALIZED (
     SELECT p.name, p.conc, p.rate, p.cost, p.rate_cost,
            -- concurrency in use: summed cost of every live-leased member job, of any type
            (SELECT coalesce(sum(m.cost * (
                        SELECT count(*) FROM {schema}.jobs r
                         WHERE r.type = m.type AND r.status = 'running'
-                          AND r.lease_expires_at > now())), 0)::bigint
+                          AND r.lease_expires_at > statement_timestamp())), 0)::bigint
               FROM unnest(%(member_pools)s::text[], %(member_types)s::text[],
                           %(member_costs)s::int[]) AS m(pool, type, cost)
              WHERE m.pool = p.name) AS used,
@@ -102,7 +119,7 @@ pool_use AS MATERIALIZED (
            coalesce((SELECT b.spent FROM {schema}.resource_budgets b
                       WHERE b.name = p.name
                         AND b.window_start + make_interval(secs => %(rate_window)s::float8)
-                            > now()), 0) AS spent
+                            > statement_timestamp()), 0) AS spent
       FROM pools p
 ),
 pool_room AS MATERIALIZED (
@@ -115,22 +132,32 @@ pool_room AS MATERIALIZED (
 ),
 gate AS MATERIALIZED (
     SELECT
-        EXISTS (SELECT 1 FROM {schema}.jobs d
-                 WHERE d.type = %(type)s::text AND d.status = 'pending'
-                   AND d.run_at <= now()) AS has_due,
+        -- ORDER BY ... LIMIT 1 keeps this on the claim index: a bare EXISTS may be planned
+        -- as a sequential scan that first wades through every finished row.
+        (SELECT true FROM {schema}.jobs d
+          WHERE d.type = %(type)s::text AND d.status = 'pending'
+            AND d.run_at <= statement_timestamp()
+          ORDER BY d.priority DESC, d.run_at, d.id
+          LIMIT 1) IS NOT NULL AS has_due,
         (SELECT r.type FROM {schema}.jobs r
           WHERE r.type = ANY(%(not_while_running)s::text[]) AND r.status = 'running'
-            AND r.lease_expires_at > now()
+            AND r.lease_expires_at > statement_timestamp()
           LIMIT 1) AS nwr_block,
         coalesce(
             (SELECT w.type FROM {schema}.jobs w
               WHERE w.type = ANY(%(waits_for)s::text[]) AND w.status = 'running'
-                AND w.lease_expires_at > now()
+                AND w.lease_expires_at > statement_timestamp()
               LIMIT 1),
-            -- future-scheduled and backoff-parked jobs do not block: only due ones
-            (SELECT w.type FROM {schema}.jobs w
-              WHERE w.type = ANY(%(waits_for)s::text[]) AND w.status = 'pending'
-                AND w.run_at <= now()
+            -- future-scheduled and backoff-parked jobs do not block: only due ones. One
+            -- claim-index probe per listed type (a generic plan of "type = ANY($n)" would
+            -- scan the table).
+            (SELECT wt.type
+               FROM unnest(%(waits_for)s::text[]) AS wt(type)
+              WHERE EXISTS (SELECT 1 FROM {schema}.jobs w
+                             WHERE w.type = wt.type AND w.status = 'pending'
+                               AND w.run_at <= statement_timestamp()
+                             ORDER BY w.priority DESC, w.run_at, w.id
+                             LIMIT 1)
               LIMIT 1)) AS wf_block,
         (SELECT pr.name FROM pool_room pr WHERE pr.conc_room = 0
           ORDER BY pr.name LIMIT 1) AS conc_block,
@@ -138,16 +165,131 @@ gate AS MATERIALIZED (
           ORDER BY pr.name LIMIT 1) AS rate_block,
         -- least() and min() skip NULLs: NULL only when no pool bounds this type
         (SELECT min(least(pr.conc_room, pr.rate_room)) FROM pool_room pr) AS room
+),
+quota AS MATERIALIZED (
+    -- Most units (jobs; groups for a grouped claim) this claim may lease: nothing while a
+    -- not_while_running or waits_for type blocks.
+    SELECT CASE WHEN g.nwr_block IS NULL AND g.wf_block IS NULL
+                THEN least(%(limit)s::int, coalesce(g.room, %(limit)s::int))
+                ELSE 0 END AS n
+      FROM gate g
+)
+
+
+-- name: fragment_due_beyond_scan
+-- A row when the type has more than "scan_limit" due jobs, i.e. the window's scan stopped
+-- before the end of the due backlog (index-only, read only when the window came up short).
+(SELECT true FROM {schema}.jobs x
+  WHERE x.type = %(type)s::text AND x.status = 'pending'
+    AND x.run_at <= statement_timestamp()
+  ORDER BY x.priority DESC, x.run_at, x.id
+ OFFSET %(scan_limit)s::int LIMIT 1) beyond
+
+
+-- name: fragment_claim_walk
+-- The scope walk of serialize_by_scope and grouped claims (expects CTEs "taken": the scopes
+-- already claimed from the claim-order window, and "walk_need": how many more to find).
+-- When the window holds too few free scopes (a backlog bunched by scope), further free
+-- scopes are found by a loose index scan over jobs_pending_scope_idx: one index descent per
+-- distinct scope, starting after the caller's cursor (the scope where its previous walk
+-- ended) and wrapping around once, so successive claims visit the scopes in turn. That
+-- descent lands on the scope's oldest pending job. A scope with a live lease, or already
+-- taken, is skipped. Otherwise its head is its highest-priority due job, oldest first, among
+-- its first "scope_depth" due jobs in arrival order; when every pending job of the type has
+-- one priority (two probes at the ends of the claim index) that is its oldest due job,
+-- usually the very row the descent landed on, so nothing more is read.
+-- The walk stops after "walk_need" heads or "walk_limit" scopes, whichever is first.
+depth AS MATERIALIZED (
+    SELECT CASE WHEN (SELECT x.priority FROM {schema}.jobs x
+                       WHERE x.type = %(type)s::text AND x.status = 'pending'
+                       ORDER BY x.priority DESC, x.run_at, x.id LIMIT 1)
+                   = (SELECT x.priority FROM {schema}.jobs x
+                       WHERE x.type = %(type)s::text AND x.status = 'pending'
+                       ORDER BY x.priority, x.run_at DESC, x.id DESC LIMIT 1)
+                THEN 1 ELSE %(scope_depth)s::int END AS n
+),
+walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
+    SELECT 0, %(cursor_type)s::text, %(cursor_id)s::text, NULL::text, NULL::text,
+           NULL::bigint, 0
+    UNION ALL
+    SELECT w.step + 1, n.scope_type, n.scope_id,
+           CASE WHEN w.step = 0 THEN n.scope_type ELSE w.first_type END,
+           CASE WHEN w.step = 0 THEN n.scope_id ELSE w.first_id END,
+           h.id, w.found + (h.id IS NOT NULL)::int
+      FROM walk w
+     CROSS JOIN LATERAL (
+            -- the next scope after w's, wrapping around: its oldest pending job
+            (SELECT s.scope_type, s.scope_id, s.id, s.run_at, s.dedupe_key
+               FROM {schema}.jobs s
+              WHERE s.type = %(type)s::text AND s.status = 'pending'
+                AND s.scope_type IS NOT NULL
+                AND (s.scope_type, s.scope_id) > (w.scope_type, w.scope_id)
+              ORDER BY s.scope_type, s.scope_id, s.id
+              LIMIT 1)
+            UNION ALL
+            (SELECT s.scope_type, s.scope_id, s.id, s.run_at, s.dedupe_key
+               FROM {schema}.jobs s
+              WHERE s.type = %(type)s::text AND s.status = 'pending'
+                AND s.scope_type IS NOT NULL
+              ORDER BY s.scope_type, s.scope_id, s.id
+              LIMIT 1)
+            LIMIT 1
+           ) n
+     CROSS JOIN LATERAL (
+            SELECT NOT EXISTS (
+                       SELECT 1 FROM {schema}.jobs r
+                        WHERE r.type = %(type)s::text AND r.status = 'running'
+                          AND r.scope_type = n.scope_type AND r.scope_id = n.scope_id
+                          AND r.lease_expires_at > statement_timestamp())
+                   AND NOT EXISTS (
+                       SELECT 1 FROM taken t
+                        WHERE t.scope_type = n.scope_type AND t.scope_id = n.scope_id)
+                   AS free
+           ) f
+     CROSS JOIN LATERAL (
+            SELECT CASE
+                WHEN NOT f.free THEN NULL
+                WHEN (SELECT dp.n FROM depth dp) = 1
+                     AND n.run_at <= statement_timestamp()
+                     AND (n.dedupe_key IS NULL OR NOT EXISTS (
+                              SELECT 1 FROM {schema}.jobs k
+                               WHERE k.type = %(type)s::text AND k.dedupe_key = n.dedupe_key
+                                 AND k.status = 'running'))
+                THEN n.id
+                ELSE (SELECT d.id
+                        FROM (SELECT j.id, j.priority
+                                FROM {schema}.jobs j
+                               WHERE j.type = %(type)s::text AND j.status = 'pending'
+                                 AND j.scope_type IS NOT NULL
+                                 AND j.scope_type = n.scope_type AND j.scope_id = n.scope_id
+                                 AND j.run_at <= statement_timestamp()
+                                 AND (j.dedupe_key IS NULL OR NOT EXISTS (
+                                          SELECT 1 FROM {schema}.jobs k
+                                           WHERE k.type = j.type
+                                             AND k.dedupe_key = j.dedupe_key
+                                             AND k.status = 'running'))
+                               ORDER BY j.id
+                               LIMIT (SELECT dp.n FROM depth dp)) d
+                       ORDER BY d.priority DESC, d.id
+                       LIMIT 1)
+                END AS id
+           ) h
+     WHERE w.found < (SELECT wn.n FROM walk_need wn)
+       AND w.step < %(walk_limit)s::int
+       -- once around: stop on coming back to the first scope visited
+       AND (w.step = 0 OR n.scope_type <> w.first_type OR n.scope_id <> w.first_id)
+),
+walk_end AS (
+    SELECT w.scope_type, w.scope_id FROM walk w ORDER BY w.step DESC LIMIT 1
 )
 
 
 -- name: fragment_claim_finish
--- Lease the picked rows and charge the rate budgets (expects CTEs "pools", "gate", "cand",
--- "pick"). cand_rows tells the caller whether the look-ahead window was full.
--- The picked ids are locked in a MATERIALIZED CTE, so the rows leased are exactly the rows
--- returned. The budget row of each rate-limited pool is charged rate_cost per claimed
--- attempt; an elapsed window restarts at now(). The final LEFT JOIN returns one row even
--- when nothing is claimed, carrying the gate's verdict.
+-- Lease the picked rows and charge the rate budgets (expects CTEs "pools", "gate", "pick",
+-- "walk_end"). The picked ids are locked in a MATERIALIZED CTE, so the rows leased are
+-- exactly the rows returned. The budget row of each rate-limited pool is charged rate_cost
+-- per claimed attempt; an elapsed window restarts now. The final LEFT JOIN returns one row
+-- even when nothing is claimed, carrying the gate's verdict and where the scope walk ended.
 locked AS MATERIALIZED (
     SELECT j.id
       FROM {schema}.jobs j
@@ -162,27 +304,30 @@ upd AS (
            attempts = j.attempts + 1,
            lease_owner = %(owner)s::text,
            lease_token = j.lease_token + 1,
-           lease_expires_at = now() + make_interval(secs => %(lease)s::float8),
-           started_at = now(),
-           updated_at = now()
+           lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s::float8),
+           started_at = statement_timestamp(),
+           updated_at = statement_timestamp()
      WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
     RETURNING {fragment_claimed_columns}
 ),
 charge AS (
     INSERT INTO {schema}.resource_budgets AS b (name, window_start, spent)
-    SELECT p.name, now(), p.rate_cost * (SELECT count(*) FROM upd)
+    SELECT p.name, statement_timestamp(), p.rate_cost * (SELECT count(*) FROM upd)
       FROM pools p
      WHERE p.rate IS NOT NULL AND p.rate_cost > 0 AND EXISTS (SELECT 1 FROM upd)
     ON CONFLICT (name) DO UPDATE
        SET spent = CASE WHEN b.window_start + make_interval(secs => %(rate_window)s::float8)
-                             <= now()
+                             <= statement_timestamp()
                         THEN EXCLUDED.spent ELSE b.spent + EXCLUDED.spent END,
            window_start = CASE WHEN b.window_start
-                                    + make_interval(secs => %(rate_window)s::float8) <= now()
-                               THEN now() ELSE b.window_start END
+                                    + make_interval(secs => %(rate_window)s::float8)
+                                    <= statement_timestamp()
+                               THEN statement_timestamp() ELSE b.window_start END
 )
 SELECT g.has_due, g.nwr_block, g.wf_block, g.conc_block, g.rate_block,
-       (SELECT count(*) FROM cand) AS cand_rows, u.*
+       (SELECT we.scope_type FROM walk_end we) AS walk_type,
+       (SELECT we.scope_id FROM walk_end we) AS walk_id,
+       u.*
   FROM gate g
   LEFT JOIN upd u ON true
  ORDER BY u.priority DESC, u.run_at, u.id
@@ -201,90 +346,146 @@ pools AS MATERIALIZED (
 -- name: job_claim_guarded
 -- Guarded path for one non-grouped type (serialize_by_scope, not_while_running, waits_for,
 -- resource pools), run right after claim_lock_exclusive in the same transaction.
---  * cand: due PENDING rows of the type in claim order, minus keyed rows whose key is
---    running and, with serialize_by_scope, rows whose scope already has a live lease; only a
---    bounded look-ahead window is read, so the cost does not grow with the backlog.
---  * pick: at most one row per scope (unscoped rows are unaffected), up to the limit and
---    the pools' room, and nothing at all when not_while_running or waits_for blocks.
-WITH {fragment_claim_pools},
+--  * cand: a window of the first "lookahead" due PENDING rows of the type in claim order,
+--    minus keyed rows whose key is running and, with serialize_by_scope, rows whose scope
+--    has a live lease, taken from the first "scan_limit" due rows (so that a running scope
+--    with a long backlog at the head costs a bounded read); numbered in claim order (the
+--    index order, so no sort).
+--  * window_pick: up to the quota in claim order; with serialize_by_scope only the first row
+--    of each scope (found by hashing, not by sorting the window on its text columns).
+--  * with serialize_by_scope, when the window left quota unused but did not see the whole
+--    due backlog (a backlog bunched by scope), the scope walk finds further free scopes.
+WITH RECURSIVE {fragment_claim_pools},
 {fragment_claim_gate},
-cand AS (
-    SELECT j.id, j.scope_type, j.scope_id, j.priority, j.run_at
-      FROM {schema}.jobs j
-     WHERE j.type = %(type)s::text
-       AND j.status = 'pending'
-       AND j.run_at <= now()
-       AND (j.dedupe_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM {schema}.jobs k
-                 WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                   AND k.status = 'running'))
-       AND (NOT %(serialize_by_scope)s::boolean OR j.scope_type IS NULL OR NOT EXISTS (
-                SELECT 1 FROM {schema}.jobs r
-                 WHERE r.type = j.type AND r.status = 'running'
-                   AND r.scope_type = j.scope_type AND r.scope_id = j.scope_id
-                   AND r.lease_expires_at > now()))
-     ORDER BY j.priority DESC, j.run_at, j.id
-     LIMIT %(lookahead)s::int
+cand AS MATERIALIZED (
+    SELECT c.id, c.scope_type, c.scope_id,
+           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
+      FROM (SELECT j.id, j.scope_type, j.scope_id, j.priority, j.run_at
+              FROM (SELECT j0.id, j0.type, j0.scope_type, j0.scope_id, j0.priority,
+                           j0.run_at, j0.dedupe_key
+                      FROM {schema}.jobs j0
+                     WHERE j0.type = %(type)s::text
+                       AND j0.status = 'pending'
+                       AND j0.run_at <= statement_timestamp()
+                     ORDER BY j0.priority DESC, j0.run_at, j0.id
+                     LIMIT %(scan_limit)s::int) j
+             WHERE (j.dedupe_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM {schema}.jobs k
+                         WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
+                           AND k.status = 'running'))
+               AND (NOT %(serialize_by_scope)s::boolean OR j.scope_type IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM {schema}.jobs r
+                         WHERE r.type = j.type AND r.status = 'running'
+                           AND r.scope_type = j.scope_type AND r.scope_id = j.scope_id
+                           AND r.lease_expires_at > statement_timestamp()))
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT %(lookahead)s::int) c
 ),
-ranked AS (
-    SELECT c.id, c.priority, c.run_at,
-           CASE WHEN %(serialize_by_scope)s::boolean AND c.scope_type IS NOT NULL
-                THEN row_number() OVER (PARTITION BY c.scope_type, c.scope_id
-                                        ORDER BY c.priority DESC, c.run_at, c.id)
-                ELSE 1 END AS nth_in_scope
+scope_first AS (
+    SELECT min(c.ord) AS ord
       FROM cand c
+     WHERE c.scope_type IS NOT NULL
+     GROUP BY c.scope_type, c.scope_id
 ),
+window_pick AS MATERIALIZED (
+    SELECT c.id, c.scope_type, c.scope_id
+      FROM cand c
+     WHERE NOT %(serialize_by_scope)s::boolean OR c.scope_type IS NULL
+        OR c.ord IN (SELECT f.ord FROM scope_first f)
+     ORDER BY c.ord
+     LIMIT (SELECT q.n FROM quota q)
+),
+taken AS (
+    SELECT wp.scope_type, wp.scope_id FROM window_pick wp WHERE wp.scope_type IS NOT NULL
+),
+walk_need AS MATERIALIZED (
+    SELECT CASE WHEN NOT %(serialize_by_scope)s::boolean
+                  OR (SELECT count(*) FROM window_pick) >= (SELECT q.n FROM quota q)
+                THEN 0
+                WHEN (SELECT count(*) FROM cand) >= %(lookahead)s::int
+                  OR (SELECT true FROM {fragment_due_beyond_scan}) IS NOT NULL
+                THEN (SELECT q.n FROM quota q) - (SELECT count(*) FROM window_pick)
+                ELSE 0 END AS n
+),
+{fragment_claim_walk},
 pick AS (
-    SELECT rk.id
-      FROM ranked rk, gate g
-     WHERE rk.nth_in_scope = 1
-       AND g.nwr_block IS NULL AND g.wf_block IS NULL
-     ORDER BY rk.priority DESC, rk.run_at, rk.id
-     LIMIT least(%(limit)s::int, (SELECT g2.room FROM gate g2))
+    SELECT wp.id FROM window_pick wp
+    UNION ALL
+    SELECT w.head FROM walk w WHERE w.head IS NOT NULL
 ),
 {fragment_claim_finish}
 
 
 -- name: job_claim_grouped
 -- Guarded path for a grouped type: each (type, scope) with due work and no live lease is a
--- group; the first "limit" groups in claim order (by their head job) are leased whole, in
--- arrival order (id), up to max_batch jobs each, and within the pools' room. Unscoped jobs
--- of a grouped type form one group. Jobs added while a group runs wait for the next batch,
--- because the group then has a live lease.
-WITH {fragment_claim_pools},
+-- group; up to "limit" groups are leased whole, in arrival order (id), up to max_batch jobs
+-- each, and within the pools' room. Groups come first from the claim-order window (by their
+-- head job), then, when the window left room but did not see the whole due backlog, from
+-- the scope walk (the window is read like job_claim_guarded's). Unscoped
+-- jobs of a grouped type form one group. Jobs added while a group runs wait for the next
+-- batch, because the group then has a live lease.
+WITH RECURSIVE {fragment_claim_pools},
 {fragment_claim_gate},
-cand AS (
-    SELECT j.scope_type, j.scope_id,
-           row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
-      FROM (SELECT j0.*
-              FROM {schema}.jobs j0
-             WHERE j0.type = %(type)s::text
-               AND j0.status = 'pending'
-               AND j0.run_at <= now()
-               AND NOT EXISTS (
+cand AS MATERIALIZED (
+    SELECT c.scope_type, c.scope_id,
+           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
+      FROM (SELECT j0.scope_type, j0.scope_id, j0.priority, j0.run_at, j0.id
+              FROM (SELECT j1.scope_type, j1.scope_id, j1.priority, j1.run_at, j1.id
+                      FROM {schema}.jobs j1
+                     WHERE j1.type = %(type)s::text
+                       AND j1.status = 'pending'
+                       AND j1.run_at <= statement_timestamp()
+                     ORDER BY j1.priority DESC, j1.run_at, j1.id
+                     LIMIT %(scan_limit)s::int) j0
+             WHERE true
+               -- the group has no live lease; two plain equality tests rather than one
+               -- OR-ed one, so the scoped test is a hashed lookup, not a nested loop
+               AND (j0.scope_type IS NULL OR NOT EXISTS (
                     SELECT 1 FROM {schema}.jobs r
-                     WHERE r.type = j0.type AND r.status = 'running'
-                       AND r.lease_expires_at > now()
-                       AND ((r.scope_type = j0.scope_type AND r.scope_id = j0.scope_id)
-                            OR (j0.scope_type IS NULL AND r.scope_type IS NULL)))
+                     WHERE r.type = %(type)s::text AND r.status = 'running'
+                       AND r.scope_type = j0.scope_type AND r.scope_id = j0.scope_id
+                       AND r.lease_expires_at > statement_timestamp()))
+               AND (j0.scope_type IS NOT NULL OR NOT EXISTS (
+                    SELECT 1 FROM {schema}.jobs r
+                     WHERE r.type = %(type)s::text AND r.status = 'running'
+                       AND r.scope_type IS NULL
+                       AND r.lease_expires_at > statement_timestamp()))
              ORDER BY j0.priority DESC, j0.run_at, j0.id
-             LIMIT %(lookahead)s::int) j
+             LIMIT %(lookahead)s::int) c
 ),
-grp AS (
+window_grp AS MATERIALIZED (
     SELECT c.scope_type, c.scope_id, min(c.ord) AS first_ord
-      FROM cand c, gate g
-     WHERE g.nwr_block IS NULL AND g.wf_block IS NULL
+      FROM cand c
      GROUP BY c.scope_type, c.scope_id
      ORDER BY first_ord
-     LIMIT %(limit)s::int
+     LIMIT (SELECT q.n FROM quota q)
+),
+taken AS (
+    SELECT wg.scope_type, wg.scope_id FROM window_grp wg WHERE wg.scope_type IS NOT NULL
+),
+walk_need AS MATERIALIZED (
+    SELECT CASE WHEN (SELECT count(*) FROM window_grp) >= (SELECT q.n FROM quota q)
+                THEN 0
+                WHEN (SELECT count(*) FROM cand) >= %(lookahead)s::int
+                  OR (SELECT true FROM {fragment_due_beyond_scan}) IS NOT NULL
+                THEN (SELECT q.n FROM quota q) - (SELECT count(*) FROM window_grp)
+                ELSE 0 END AS n
+),
+{fragment_claim_walk},
+grp AS (
+    SELECT wg.scope_type, wg.scope_id, wg.first_ord FROM window_grp wg
+    UNION ALL
+    SELECT w.scope_type, w.scope_id, %(lookahead)s::bigint + w.step
+      FROM walk w WHERE w.head IS NOT NULL
 ),
 member AS (
     SELECT m.id, row_number() OVER (ORDER BY gr.first_ord, m.id) AS nth
       FROM grp gr
      CROSS JOIN LATERAL (
-            -- the group's due jobs in arrival order: jobs_pending_scope_idx for a scope,
-            -- the claim index for the (rare) group of unscoped jobs
-            SELECT j.id
+            -- the group's due jobs in arrival order, each branch limited on its own so that
+            -- a scope's branch stops after max_batch entries of jobs_pending_scope_idx; the
+            -- (rare) group of unscoped jobs reads the claim index
+            (SELECT j.id
               FROM {schema}.jobs j
              WHERE gr.scope_type IS NOT NULL
                AND j.type = %(type)s::text
@@ -292,25 +493,27 @@ member AS (
                AND j.scope_type IS NOT NULL
                AND j.scope_type = gr.scope_type
                AND j.scope_id = gr.scope_id
-               AND j.run_at <= now()
+               AND j.run_at <= statement_timestamp()
                AND (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
                            AND k.status = 'running'))
+             ORDER BY j.id
+             LIMIT %(max_batch)s::int)
             UNION ALL
-            SELECT j.id
+            (SELECT j.id
               FROM {schema}.jobs j
              WHERE gr.scope_type IS NULL
                AND j.type = %(type)s::text
                AND j.status = 'pending'
                AND j.scope_type IS NULL
-               AND j.run_at <= now()
+               AND j.run_at <= statement_timestamp()
                AND (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
                            AND k.status = 'running'))
-             ORDER BY 1
-             LIMIT %(max_batch)s::int
+             ORDER BY j.id
+             LIMIT %(max_batch)s::int)
            ) m
 ),
 pick AS (
