@@ -156,9 +156,14 @@ class ClaimLoop:
             pool = runtime.pools[slot.type]
             got = counts.get(slot.type, 0)
             pool.maybe_more = got >= slot.limit or pool.hints != hints[slot.type]
-        self._blocked.observe(slots, counts, claim_blocked(jobs))
+        blocked = claim_blocked(jobs)
+        self._blocked.observe(slots, counts, blocked)
         hinted = any(pool.hints != hints[pool.type] for pool, _ in open_pools)
         if not jobs and idle and not hinted:
+            if blocked:
+                # Due work held back by a guard (another process's lease, a pool's budget) is
+                # still due: run_until_empty keeps polling until it runs or the timeout ends.
+                return self.poll_interval
             if not runtime.maintained.is_set():
                 # The first reaper pass may still return a crashed worker's jobs; it wakes
                 # this loop when done.

@@ -409,8 +409,10 @@ class Worker:
     def run_until_empty(self, timeout: Duration | None = None) -> None:
         """Process until nothing is due and nothing runs, then stop and return.
 
-        Jobs parked in the future (``delay=``, retry backoff) are not due. With ``timeout``
-        (seconds) the worker stops after that long even if work remains.
+        Jobs parked in the future (``delay=``, retry backoff) are not due. Due jobs held back
+        by a guard (a lease held by another process, a pool's budget, a waited-for type) are
+        still due: the worker keeps polling for them. With ``timeout`` (seconds) the worker
+        stops after that long even if work remains.
         """
         limit = None
         if timeout is not None:
