@@ -115,6 +115,9 @@ def encode_payload(job_type: str, payload: object) -> bytes:
 
 def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None:
     if isinstance(value, _SCALARS) and type(value) in (str, int, float, bool, type(None)):
+        if type(value) is str and "\x00" in value:
+            # jsonb cannot store U+0000, and the database's error would quote the payload.
+            raise QueuePayloadError(job_type, "NUL character in a string")
         if type(value) is float and not math.isfinite(value):
             raise QueuePayloadError(job_type, "non-finite float (NaN or infinity)")
         if type(value) is int and not -(2**63) <= value < 2**64:
@@ -129,6 +132,8 @@ def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None
         for key, item in value.items():
             if type(key) is not str:
                 raise QueuePayloadError(job_type, "mapping key that is not a string")
+            if "\x00" in key:
+                raise QueuePayloadError(job_type, "NUL character in a string")
             _check_value(job_type, item, depth + 1, stack)
         stack.discard(id(value))
         return

@@ -63,6 +63,10 @@ class PgListener:
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._backoff = min_backoff
+        # No reconnect attempt before this (monotonic): the backoff holds across wait() calls,
+        # which are short (the worker's listener thread waits a fraction of a second at a time).
+        self._retry_at = 0.0
+        self._failures = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = threading.Event()
         # Held while a thread waits on the connection; close() leaves the connection to it.
@@ -74,21 +78,29 @@ class PgListener:
         """The current LISTEN connection (None while disconnected); for tests and diagnostics."""
         return self._conn
 
+    def _failed(self, event: str, exc: psycopg.Error) -> None:
+        self._failures += 1
+        # Rate-limited: an outage means one attempt per backoff step, not one line each.
+        if self._failures == 1 or self._failures % 20 == 0:
+            log.warning(event, error=type(exc).__name__, failures=self._failures)
+
     def _connect_once(self) -> bool:
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
         except psycopg.Error as exc:
-            log.warning("listener connect failed", error=type(exc).__name__)
+            self._failed("listener connect failed", exc)
             return False
         try:
             for channel in self._channels:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except psycopg.Error as exc:
-            log.warning("listener LISTEN failed", error=type(exc).__name__)
+            self._failed("listener LISTEN failed", exc)
             conn.close()
             return False
         self._conn = conn
         self._backoff = self._min_backoff
+        self._retry_at = 0.0
+        self._failures = 0
         return True
 
     def _drop(self) -> None:
@@ -98,17 +110,21 @@ class PgListener:
                 conn.close()
 
     def _reconnect(self, deadline: float) -> bool:
-        """Try to reconnect until ``deadline``, backing off between attempts."""
+        """Try to reconnect until ``deadline``, backing off between attempts (the backoff
+        carries over to the next call when the deadline comes first)."""
         while not self._closed.is_set():
-            if self._connect_once():
-                log.info("listener reconnected")
-                return True
+            if time.monotonic() >= self._retry_at:
+                failures = self._failures
+                if self._connect_once():
+                    log.info("listener reconnected", failures=failures)
+                    return True
+                self._retry_at = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, self._max_backoff)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            pause = min(self._backoff, remaining)
-            self._backoff = min(self._backoff * 2, self._max_backoff)
-            if self._closed.wait(pause):
+            pause = min(self._retry_at - time.monotonic(), remaining)
+            if pause > 0 and self._closed.wait(pause):
                 return False
         return False
 

@@ -65,6 +65,22 @@ _WRITE_ATTEMPTS = 3
 _CANCEL_BRIEF_WAIT_MS = 100
 
 
+# psycopg_pool retries a failed connection with a doubling delay (1, 2, 4, 8, 16, 32 s...) for
+# reconnect_timeout, and while such an attempt waits no other one starts: after an outage of a
+# minute the pool could stay empty for another minute although the server was back, and the
+# worker would sit alive but idle. Giving up after a few seconds and starting over at once
+# (_keep_reconnecting) caps the gap between attempts at 4 s.
+_RECONNECT_TIMEOUT = 5.0
+
+
+def _keep_reconnecting(pool: ConnectionPool[Any]) -> None:
+    """``reconnect_failed`` callback: start a fresh connection attempt (a new backoff)."""
+    try:
+        pool.check()  # grows the pool again when it has room and no attempt is running
+    except Exception as exc:  # noqa: BLE001 - a closed pool, or the server still down
+        log.debug("pool reconnect restart failed", error=type(exc).__name__)
+
+
 def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
@@ -148,6 +164,8 @@ class PostgresStore:
             kwargs={"autocommit": True, "options": options, "application_name": application_name},
             name="golemq-" + schema,
             open=True,
+            reconnect_timeout=_RECONNECT_TIMEOUT,
+            reconnect_failed=_keep_reconnecting,
         )
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.dsn = dsn

@@ -1,0 +1,752 @@
+"""Shared machinery of the fault-injection suite (this module holds no tests).
+
+* :class:`FaultEnv` (fixture ``fault_env``): a migrated schema with an effects ledger and an
+  audit trigger, a producer-side store/Queue, and :meth:`FaultEnv.spawn` to start real worker
+  processes (``fault_worker.py``) whose connections carry a per-test ``application_name``
+  prefix, so the test can find (and terminate) exactly its own backends.
+* :meth:`FaultEnv.check_invariants`: RELIABILITY.md's I1-I5 in SQL, plus the ledger.
+* :class:`ServerControl`: restart / stop / start the local PostgreSQL cluster, only when the
+  test DSN is that cluster (otherwise the scenarios that need it skip, saying why).
+* :class:`OutageProxy`: a TCP proxy in front of the server, to give this test's workers an
+  outage of any length without touching anyone else's sessions.
+* :func:`report`: prints one scenario's measurements (and appends them as a JSON line to
+  ``$GOLEMQ_FAULTS_REPORT`` when set).
+
+The ledger (``effects``): one row per handler run, ``(job_id, attempt, token, worker, pid)``
+written when the handler starts (``token`` is the lease token the row carried at that
+moment) and completed with ``outcome`` / ``reason`` when it returns. The audit trigger records
+every status change and lease write with the writer's ``application_name``, which is the
+worker id (= ``lease_owner``) for a worker's queue connections: I2 is checked on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from golemq_pg import PostgresStore, Queue
+
+HERE = Path(__file__).resolve().parent
+WORKER_SCRIPT = HERE / "fault_worker.py"
+
+LEDGER_DDL = """
+CREATE TABLE {s}.effects (
+    run_id      bigserial PRIMARY KEY,
+    job_id      bigint NOT NULL,
+    attempt     int NOT NULL,
+    token       bigint,
+    worker      text NOT NULL,
+    pid         int NOT NULL,
+    type        text,
+    scope       text,
+    tag         text,
+    started_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at timestamptz,
+    outcome     text,
+    reason      text
+);
+CREATE INDEX ON {s}.effects (job_id);
+CREATE TABLE {s}.audit (
+    seq          bigserial PRIMARY KEY,
+    at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+    stmt_at      timestamptz NOT NULL DEFAULT statement_timestamp(),
+    app          text,
+    op           text NOT NULL,
+    job_id       bigint NOT NULL,
+    old_status   text,
+    new_status   text,
+    old_owner    text,
+    new_owner    text,
+    old_token    bigint,
+    new_token    bigint,
+    old_expired  boolean,
+    new_error    text,
+    old_attempts int,
+    new_attempts int,
+    type         text,
+    scope        text,
+    dedupe_key   text
+);
+CREATE INDEX ON {s}.audit (job_id, old_token);
+CREATE FUNCTION {s}.audit_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    kind text := 'update';
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO {s}.audit (app, op, job_id, old_status, old_owner, old_token,
+                               old_expired, old_attempts, type, scope, dedupe_key)
+        VALUES (current_setting('application_name'), 'delete', OLD.id, OLD.status,
+                OLD.lease_owner, OLD.lease_token, OLD.lease_expires_at < now(), OLD.attempts,
+                OLD.type, OLD.scope_type || ':' || OLD.scope_id, OLD.dedupe_key);
+        RETURN OLD;
+    END IF;
+    IF OLD.status = NEW.status AND NEW.status <> 'running' THEN
+        RETURN NEW;  -- a pending row edited in place (replace), nothing lease-related
+    END IF;
+    IF OLD.status = 'running' AND NEW.status = 'running' AND OLD.lease_token = NEW.lease_token
+    THEN
+        IF OLD.lease_expires_at IS NOT DISTINCT FROM NEW.lease_expires_at THEN
+            kind := 'progress';
+        ELSE
+            kind := 'renew';
+        END IF;
+    END IF;
+    INSERT INTO {s}.audit (app, op, job_id, old_status, new_status, old_owner, new_owner,
+                           old_token, new_token, old_expired, new_error, old_attempts,
+                           new_attempts, type, scope, dedupe_key)
+    VALUES (current_setting('application_name'), kind, NEW.id, OLD.status, NEW.status,
+            OLD.lease_owner, NEW.lease_owner, OLD.lease_token, NEW.lease_token,
+            OLD.lease_expires_at < now(), NEW.last_error, OLD.attempts, NEW.attempts,
+            NEW.type, NEW.scope_type || ':' || NEW.scope_id, NEW.dedupe_key);
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER audit_jobs AFTER UPDATE OR DELETE ON {s}.jobs
+    FOR EACH ROW EXECUTE FUNCTION {s}.audit_jobs();
+"""
+
+
+def report(scenario: str, **metrics: Any) -> None:
+    """Print one scenario's measurements; append them to $GOLEMQ_FAULTS_REPORT if set."""
+    line = {"scenario": scenario, **metrics}
+    print("FAULTS " + json.dumps(line, default=str))
+    path = os.environ.get("GOLEMQ_FAULTS_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line, default=str) + "\n")
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A duration knob from the environment (seconds)."""
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+    what: str = "condition",
+) -> Any:
+    """Poll ``predicate`` until truthy (returned) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not met within {timeout}s")
+        time.sleep(interval)
+
+
+# -- worker processes ---------------------------------------------------------------------------
+
+
+class WorkerProc:
+    """One ``fault_worker.py`` process."""
+
+    def __init__(self, worker_id: str, popen: subprocess.Popen[str], log_path: Path) -> None:
+        self.worker_id = worker_id
+        self.popen = popen
+        self.log_path = log_path
+        self.stopped = False  # SIGSTOPped
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            self.popen.send_signal(signum)
+        if signum == signal.SIGSTOP:
+            self.stopped = True
+        elif signum == signal.SIGCONT:
+            self.stopped = False
+
+    def dump_stacks(self) -> str:
+        """Every thread's stack (SIGUSR1 -> faulthandler into the log), for a diagnosis."""
+        if not self.alive():
+            return ""
+        before = len(self.log_text())
+        self.popen.send_signal(signal.SIGUSR1)
+        time.sleep(0.3)
+        return self.log_text()[before:]
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait(30)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM (graceful shutdown) and wait; returns the exit code."""
+        if self.stopped:
+            self.signal(signal.SIGCONT)
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        return self.popen.wait(timeout)
+
+    def output(self) -> str:
+        """Whatever the process printed (after it exited)."""
+        if self.popen.stdout is None:
+            return ""
+        try:
+            return self.popen.stdout.read()
+        except ValueError:
+            return ""
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(encoding="utf-8") if self.log_path.exists() else ""
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The JSON log lines (non-JSON lines, e.g. tracebacks, come back as {"raw": ...})."""
+        out: list[dict[str, Any]] = []
+        for line in self.log_text().splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                item = {"raw": line}
+            out.append(item if isinstance(item, dict) else {"raw": line})
+        return out
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.logs() if e.get("event") == name]
+
+
+def type_spec(name: str, **options: Any) -> dict[str, Any]:
+    """One handler registration for the worker script."""
+    return {"name": name, **options}
+
+
+# -- the environment ----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultEnv:
+    """One test's queue, ledger, audit, producer and worker processes."""
+
+    dsn: str
+    schema: str
+    tmp: Path
+    prefix: str
+    store: PostgresStore
+    queue: Queue
+    procs: list[WorkerProc] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+
+    # -- sql -------------------------------------------------------------------------------
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A fresh autocommit connection tagged as this test's (admin) connection."""
+        options = {"autocommit": True, "application_name": self.prefix + "-admin", **kwargs}
+        return psycopg.connect(self.dsn, **options)
+
+    def q(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run ``query`` (``{s}`` is this schema) on a fresh connection; rows or []."""
+        with self.connect() as conn:
+            cur = conn.execute(sql.SQL(query).format(s=sql.Identifier(self.schema)), params)
+            return cur.fetchall() if cur.description else []
+
+    def one(self, query: str, params: Any = None) -> Any:
+        return self.q(query, params)[0][0]
+
+    def db_now(self) -> Any:
+        return self.one("SELECT clock_timestamp()")
+
+    def status_counts(self) -> dict[str, int]:
+        return {s: int(n) for s, n in self.q(
+            "SELECT status, count(*) FROM {s}.jobs GROUP BY status")}
+
+    def effects(self) -> list[tuple[Any, ...]]:
+        """(job_id, attempt, token, worker, pid, started_at, finished_at, outcome, reason)."""
+        return self.q(
+            "SELECT job_id, attempt, token, worker, pid, started_at, finished_at, outcome, "
+            "reason FROM {s}.effects ORDER BY run_id"
+        )
+
+    # -- workers ---------------------------------------------------------------------------
+    def worker_id(self, name: str) -> str:
+        return f"{self.prefix}-{name}"
+
+    def spawn(
+        self,
+        name: str,
+        types: Sequence[dict[str, Any]],
+        *,
+        worker: dict[str, Any] | None = None,
+        pool: dict[str, Any] | None = None,
+        mode: str = "run",
+        hooks: dict[str, Any] | None = None,
+        dsn: str | None = None,
+        ledger_dsn: str | None = None,
+        wait_ready: bool = True,
+    ) -> WorkerProc:
+        """Start a worker process serving ``types`` (see fault_worker.py for the options)."""
+        worker_id = self.worker_id(name)
+        log_path = self.tmp / f"{name}.log"
+        options = {"poll_interval": 0.1, "base_backoff": 0, "max_backoff": 0,
+                   "lease_grace": 5, "shutdown_grace": 5, "abandon_grace": 1}
+        options.update(worker or {})
+        config = {
+            "dsn": dsn or self.dsn, "ledger_dsn": ledger_dsn or self.dsn,
+            "schema": self.schema, "worker_id": worker_id,
+            "log_path": str(log_path), "worker": options, "pool": pool or {"max_size": 5},
+            "types": list(types), "mode": mode, "hooks": hooks or {},
+        }
+        popen = subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT), json.dumps(config)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        proc = WorkerProc(worker_id, popen, log_path)
+        self.procs.append(proc)
+        if wait_ready:
+            assert popen.stdout is not None
+            line = popen.stdout.readline()
+            if line.strip() != "ready":
+                rest = line + (popen.stdout.read() if popen.poll() is not None else "")
+                raise AssertionError(f"worker {name} did not start: {rest}\n{proc.log_text()}")
+        return proc
+
+    def backends(self, app: str, *, listen: bool | None = None) -> list[int]:
+        """Backend pids whose application_name is exactly ``app`` (LISTEN ones or not)."""
+        rows = self.q(
+            "SELECT pid, query FROM pg_stat_activity WHERE application_name = %s", (app,))
+        pids = []
+        for pid, query in rows:
+            is_listen = (query or "").lstrip().upper().startswith("LISTEN")
+            if listen is None or listen == is_listen:
+                pids.append(int(pid))
+        return pids
+
+    def terminate_backends(self, app: str, *, listen: bool | None = None) -> int:
+        """pg_terminate_backend on ``app``'s connections; returns how many were ended."""
+        pids = self.backends(app, listen=listen)
+        with self.connect() as conn:
+            for pid in pids:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return len(pids)
+
+    # -- roles -----------------------------------------------------------------------------
+    def create_role(self, suffix: str, *, grant_all: bool = True) -> str:
+        """A LOGIN role for this test (dropped at teardown); optionally with full DML on the
+        schema's tables, sequences and functions (what a worker needs)."""
+        role = f"{self.prefix}_{suffix}".replace("-", "_")
+        ident = sql.Identifier(role)
+        schema = sql.Identifier(self.schema)
+        with self.connect() as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+            self.roles.append(role)
+            if grant_all:
+                for stmt in (
+                    "GRANT USAGE ON SCHEMA {s} TO {r}",
+                    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r}",
+                    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {r}",
+                    "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}",
+                ):
+                    conn.execute(sql.SQL(stmt).format(s=schema, r=ident))
+        return role
+
+    def role_dsn(self, role: str) -> str:
+        info = conninfo_to_dict(self.dsn)
+        info["user"] = role
+        info.pop("password", None)
+        return " ".join(f"{k}={_quote(str(v))}" for k, v in info.items())
+
+    # -- invariants ------------------------------------------------------------------------
+    def check_invariants(
+        self,
+        *,
+        expected: int | None = None,
+        reaper_interval: float = 1.0,
+        terminal: bool = True,
+        allow_double_runs: bool = False,
+        allow_revive: bool = False,
+        ledger: bool = True,
+        slack: float = 2.0,
+    ) -> dict[str, int]:
+        """Assert I1-I5 (see RELIABILITY.md); returns counts worth reporting.
+
+        ``expected``: how many rows must exist (cancelled/pruned jobs excluded by the
+        caller). ``terminal``: every job must be finished (the scenario drained the queue).
+        ``reaper_interval``: I3's bound (plus ``slack`` for a loaded 2-core machine).
+        ``ledger``: also check the effects ledger (off when no handler ran the jobs).
+        """
+        rows = self.q(
+            "SELECT id, status, attempts, max_attempts, lease_expires_at, "
+            "lease_expires_at < now() - make_interval(secs => %s) FROM {s}.jobs",
+            (reaper_interval + slack,),
+        )
+        # I1: nothing lost, nothing stuck.
+        if expected is not None:
+            assert len(rows) == expected, f"I1: {len(rows)} job rows, expected {expected}"
+        if terminal:
+            live = [r for r in rows if r[1] not in ("succeeded", "failed")]
+            assert not live, f"I1: {len(live)} jobs not finished, e.g. {live[:5]}"
+        else:
+            stuck = [r for r in rows if r[1] == "running" and r[5]]
+            assert not stuck, f"I1: running jobs with no live lease: {stuck[:5]}"
+        # I3: no RUNNING row whose lease expired more than one reaper interval ago.
+        expired = [r for r in rows if r[1] == "running" and r[5]]
+        assert not expired, f"I3: {len(expired)} running rows with a long-expired lease"
+        # I4: attempts within budget.
+        over = [r for r in rows if r[2] > r[3]]
+        assert not over, f"I4: attempts > max_attempts: {over[:5]}"
+        # I2: every lease write by the holder of the current lease (audit trigger).
+        self._check_audit(allow_revive=allow_revive)
+        runs = self._check_ledger(allow_double_runs=allow_double_runs) if ledger else {}
+        # I5: no idle-in-transaction connection, no advisory lock held by an idle one.
+        self.check_connections()
+        counts = self.status_counts()
+        return {"jobs": len(rows), **counts, **runs}
+
+    def _check_audit(self, *, allow_revive: bool) -> None:
+        bad_claims = self.q(
+            "SELECT job_id, app, new_owner FROM {s}.audit WHERE op = 'update' "
+            "AND old_status = 'pending' AND new_status = 'running' "
+            "AND new_owner IS DISTINCT FROM app AND app NOT LIKE %s",
+            (self.prefix + "-admin%",),
+        )
+        assert not bad_claims, f"I2: claims written for another owner: {bad_claims[:5]}"
+        # A write to a RUNNING row by someone other than its holder is only allowed as a
+        # reaper recovery of an expired lease.
+        foreign = self.q(
+            "SELECT job_id, app, old_owner, old_status, new_status, new_error, old_expired "
+            "FROM {s}.audit WHERE op <> 'delete' AND old_status = 'running' "
+            "AND app IS DISTINCT FROM old_owner AND NOT (old_expired "
+            "AND new_status IN ('pending', 'failed') AND new_error LIKE 'LeaseExpired%%')"
+        )
+        assert not foreign, f"I2: lease writes by a non-holder: {foreign[:5]}"
+        renewed_late = self.q(
+            "SELECT job_id, app FROM {s}.audit WHERE op = 'renew' AND old_expired"
+        )
+        assert not renewed_late, f"I2: expired leases renewed: {renewed_late[:5]}"
+        twice = self.q(
+            "SELECT job_id, count(*) FROM {s}.audit WHERE new_status = 'succeeded' "
+            "AND old_status = 'running' GROUP BY job_id HAVING count(*) > 1"
+        )
+        assert not twice, f"I2: jobs completed twice: {twice[:5]}"
+        if not allow_revive:
+            revived = self.q(
+                "SELECT job_id, app, old_status, new_status FROM {s}.audit WHERE op = 'update'"
+                " AND old_status IN ('succeeded', 'failed') AND new_status <> old_status"
+            )
+            assert not revived, f"finished jobs revived: {revived[:5]}"
+
+    def _check_ledger(self, *, allow_double_runs: bool) -> dict[str, int]:
+        same_lease = self.q(
+            "SELECT job_id, token, count(*) FROM {s}.effects WHERE token IS NOT NULL "
+            "GROUP BY job_id, token HAVING count(*) > 1"
+        )
+        assert not same_lease, f"I2: one lease ran twice: {same_lease[:5]}"
+        runs = self.one("SELECT count(*) FROM {s}.effects")
+        extra = self.one(
+            "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {s}.effects "
+            "GROUP BY job_id) x"
+        )
+        doubles = self.q(
+            "SELECT job_id, count(*) FROM {s}.effects WHERE outcome = 'ok' AND reason IS NULL "
+            "GROUP BY job_id HAVING count(*) > 1"
+        )
+        if not allow_double_runs:
+            assert not doubles, f"I2: jobs with two successful effects: {doubles[:5]}"
+        # A job that succeeded was run by the holder of its final lease.
+        unrun = self.q(
+            "SELECT j.id FROM {s}.jobs j WHERE j.status = 'succeeded' AND NOT EXISTS ("
+            "SELECT 1 FROM {s}.effects e WHERE e.job_id = j.id AND e.token = j.lease_token)"
+        )
+        assert not unrun, f"I2: succeeded jobs with no run under their final lease: {unrun[:5]}"
+        return {"runs": int(runs), "extra_runs": int(extra), "double_effects": len(doubles)}
+
+    def check_connections(self, *, idle_for: float = 1.0) -> None:
+        """I5 over every backend of this test (application_name prefix)."""
+        like = self.prefix + "%"
+        idle_tx = self.q(
+            "SELECT pid, application_name, now() - state_change FROM pg_stat_activity "
+            "WHERE application_name LIKE %s AND state LIKE 'idle in transaction%%' "
+            "AND state_change < now() - make_interval(secs => %s)",
+            (like, idle_for),
+        )
+        assert not idle_tx, f"I5: connections idle in transaction: {idle_tx}"
+        locks = self.q(
+            "SELECT a.pid, a.application_name, a.state FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND a.application_name LIKE %s AND a.state LIKE 'idle%%' "
+            "AND a.state_change < now() - make_interval(secs => %s)",
+            (like, idle_for),
+        )
+        assert not locks, f"I5: advisory locks held by idle connections: {locks}"
+
+    def lease_overlaps(self, where: str, *, directed: bool = False) -> int:
+        """Pairs of leases (a, b) whose RUNNING intervals overlapped and match ``where``.
+
+        Intervals come from the audit trigger: from the claim that set a token to the write
+        that ended it (complete, retry, fail, release, reaper, cancel), on the database
+        clock. ``directed``: only pairs where ``b`` was claimed while ``a`` ran.
+        """
+        query = (
+            "WITH claims AS (SELECT job_id, new_token AS token, at AS t0, type, scope, "
+            "dedupe_key FROM {s}.audit WHERE old_status = 'pending' AND new_status = 'running'"
+            "), ends AS (SELECT job_id, old_token AS token, min(at) AS t1 FROM {s}.audit "
+            "WHERE old_status = 'running' AND (op = 'delete' OR new_status <> 'running') "
+            "GROUP BY job_id, old_token), leases AS (SELECT c.*, coalesce(e.t1, 'infinity') "
+            "AS t1 FROM claims c LEFT JOIN ends e USING (job_id, token)) "
+            "SELECT count(*) FROM leases a JOIN leases b ON (a.job_id, a.token) <> "
+            "(b.job_id, b.token) AND a.t0 <= b.t0 AND b.t0 < a.t1 WHERE "
+        )
+        if not directed:
+            # Each overlapping pair once: b is the later claim.
+            query += "(a.t0 < b.t0 OR a.job_id < b.job_id) AND "
+        return int(self.one(query + where))
+
+    # -- teardown --------------------------------------------------------------------------
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.stopped:
+                proc.signal(signal.SIGCONT)
+            if proc.alive():
+                proc.kill()
+            if proc.popen.stdout is not None:
+                proc.popen.stdout.close()
+        self.store.close()
+        try:
+            with self.connect() as conn:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name LIKE %s AND pid <> pg_backend_pid()",
+                    (self.prefix + "%",),
+                )
+                for role in self.roles:
+                    conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE usename = %s", (role,))
+                    ident = sql.Identifier(role)
+                    conn.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+                    conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+        except psycopg.Error:
+            pass  # the server may be down after a failed restart scenario
+
+
+def _quote(value: str) -> str:
+    if value and all(c.isalnum() or c in "._-/" for c in value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def make_env(
+    dsn: str, schema: str, tmp: Path, *, audit: bool = True, store_size: int = 6
+) -> FaultEnv:
+    """Migrate ``schema``, add the ledger (and audit trigger), open the producer store."""
+    prefix = "gqf" + uuid.uuid4().hex[:8]
+    store = PostgresStore.connect(
+        dsn, schema=schema, min_size=1, max_size=store_size, application_name=prefix + "-admin"
+    )
+    store.migrate()
+    ddl = LEDGER_DDL if audit else LEDGER_DDL.split("CREATE TABLE {s}.audit", maxsplit=1)[0]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(ddl).format(s=sql.Identifier(schema)))
+    return FaultEnv(dsn=dsn, schema=schema, tmp=tmp, prefix=prefix, store=store,
+                    queue=Queue(store))
+
+
+@pytest.fixture
+def fault_env(pg_dsn: str, schema: str, tmp_path: Path) -> Iterator[FaultEnv]:
+    """A :class:`FaultEnv` (workers killed, backends ended and roles dropped afterwards)."""
+    env = make_env(pg_dsn, schema, tmp_path)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+# -- a TCP proxy: an outage for this test's workers only -----------------------------------------
+
+
+class OutageProxy:
+    """Forwards a local port to the test server; :meth:`down` refuses and cuts every
+    connection (as a server that went away), :meth:`up` accepts again on the same port.
+
+    Workers that connect through it see a real outage (refused connects, dead sockets)
+    while every other session on the server, other test suites included, is untouched.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        info = _dsn_info(dsn)
+        self.target = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
+        self._dsn = dsn
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._server: socket.socket | None = None
+        self.port = 0
+        self.up()
+
+    def dsn(self) -> str:
+        """The test DSN, pointed at the proxy."""
+        info = conninfo_to_dict(self._dsn)
+        info.update(host="127.0.0.1", port=str(self.port))
+        return " ".join(f"{k}={_quote(str(v))}" for k, v in info.items())
+
+    def up(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(128)
+        self.port = server.getsockname()[1]
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def down(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        with self._lock:
+            for sock in list(self._socks):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._socks.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks |= {client, upstream}
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([a, b], [], [], 1.0)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    (b if sock is a else a).sendall(data)
+        except (OSError, ValueError):
+            return
+        finally:
+            for sock in (a, b):
+                with contextlib.suppress(OSError):
+                    sock.close()
+                with self._lock:
+                    self._socks.discard(sock)
+
+
+# -- server control ------------------------------------------------------------------------------
+
+
+class ServerControl:
+    """Restart/stop/start the local PostgreSQL cluster behind the test DSN."""
+
+    def __init__(self, dsn: str, version: str, cluster: str) -> None:
+        self.dsn = dsn
+        self.version = version
+        self.cluster = cluster
+
+    @classmethod
+    def for_dsn(cls, dsn: str) -> ServerControl:
+        """The controller, or ``pytest.skip`` with the reason it is not available."""
+        reason = None
+        info = _dsn_info(dsn)
+        host, port = info.get("host") or "", str(info.get("port") or "5432")
+        clusters = _clusters()
+        if os.environ.get("GOLEMQ_FAULTS_NO_SERVER_CONTROL"):
+            reason = "GOLEMQ_FAULTS_NO_SERVER_CONTROL is set"
+        elif host not in ("127.0.0.1", "localhost", "::1"):
+            reason = f"the test server ({host or 'socket'}:{port}) is not the local cluster"
+        elif shutil.which("pg_ctlcluster") is None:
+            reason = "pg_ctlcluster is not installed"
+        elif port not in clusters:
+            reason = f"no local cluster on port {port} (found {sorted(clusters)})"
+        elif os.geteuid() != 0:
+            reason = "server control needs root (pg_ctlcluster as the cluster owner)"
+        if reason:
+            pytest.skip(f"cannot restart/stop PostgreSQL: {reason}")
+        version, cluster = clusters[port]
+        return cls(dsn, version, cluster)
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.cluster, *args],
+            check=True, capture_output=True, timeout=120,
+        )
+
+    def restart_immediate(self) -> None:
+        self._ctl("restart", "-m", "immediate")
+
+    def stop(self) -> None:
+        self._ctl("stop", "-m", "fast")
+
+    def start(self) -> None:
+        self._ctl("start")
+
+    def running(self) -> bool:
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=2):
+                return True
+        except psycopg.Error:
+            return False
+
+    def ensure_running(self) -> None:
+        """Start the cluster if it is down (always called in a finally)."""
+        if self.running():
+            return
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.start()
+        wait_until(self.running, timeout=60, interval=0.2, what="PostgreSQL back up")
+
+
+def _dsn_info(dsn: str) -> dict[str, Any]:
+    if "://" in dsn:
+        parsed = urlparse(dsn)
+        return {"host": parsed.hostname, "port": parsed.port}
+    return dict(conninfo_to_dict(dsn))
+
+
+def _clusters() -> dict[str, tuple[str, str]]:
+    """port -> (version, cluster) of the local Debian-style clusters."""
+    found: dict[str, tuple[str, str]] = {}
+    root = Path("/etc/postgresql")
+    if not root.is_dir():
+        return found
+    for conf in root.glob("*/*/postgresql.conf"):
+        version, cluster = conf.parent.parent.name, conf.parent.name
+        port = "5432"
+        for line in conf.read_text(encoding="utf-8", errors="replace").splitlines():
+            text = line.split("#", 1)[0].strip()
+            if text.startswith("port") and "=" in text:
+                port = text.split("=", 1)[1].strip()
+        found[port] = (version, cluster)
+    return found
