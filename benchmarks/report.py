@@ -1,0 +1,357 @@
+"""Turning outcomes into ratios, a terminal table, a JSON file, a PNG chart and RESULTS.md."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from benchmarks.runner import Outcome
+from benchmarks.scenarios import SCENARIOS, Metric, Scenario, Sizes, scenario_named
+from benchmarks.systems import Variant, system_named
+
+#: The systems whose reference configuration every figure is compared with.
+REFERENCES = (("pgqueuer", "÷ PGQueuer best"), ("raw-sql", "÷ raw ceiling"),
+              ("golemq-pg", "÷ unguarded"))
+COLORS = {"raw-sql": "#7f7f7f", "pgqueuer": "#1f77b4", "procrastinate": "#ff7f0e",
+          "golemq-pg": "#2ca02c"}
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric.endswith(("_ms", "_mb", "_over_small")) or abs(value) < 100:
+        return f"{value:,.2f}"
+    return f"{value:,.0f}"
+
+
+def _ok(outcome: Outcome) -> bool:
+    return bool(outcome.runs) and outcome.error is None
+
+
+def reference_value(outcomes: list[Outcome], scenario: Scenario, system: str) -> float | None:
+    """The best median of ``system``'s reference configurations in ``scenario``."""
+    metric = scenario.primary
+    values = [o.median()[metric.key] for o in outcomes
+              if o.scenario is scenario and o.system.name == system and o.variant.reference
+              and _ok(o) and metric.key in o.median()]
+    if not values:
+        return None
+    return max(values) if metric.higher_is_better else min(values)
+
+
+def _reference_runs(outcomes: list[Outcome], scenario: Scenario,
+                    system: str) -> list[float | None]:
+    """Per run index, the best figure among ``system``'s reference configurations."""
+    metric = scenario.primary
+    refs = [o for o in outcomes if o.scenario is scenario and o.system.name == system
+            and o.variant.reference and _ok(o)]
+    pick = max if metric.higher_is_better else min
+    best: list[float | None] = []
+    for i in range(max((len(o.runs) for o in refs), default=0)):
+        values = [o.runs[i][metric.key] for o in refs
+                  if i < len(o.runs) and metric.key in o.runs[i]]
+        best.append(pick(values) if values else None)
+    return best
+
+
+def ratios(outcomes: list[Outcome], outcome: Outcome) -> dict[str, float]:
+    """The outcome's primary figure divided by each reference: the median of the per-run
+    ratios (run i of both was measured in the same pass, minutes apart)."""
+    if not _ok(outcome):
+        return {}
+    key = outcome.scenario.primary.key
+    found: dict[str, float] = {}
+    for system, _label in REFERENCES:
+        refs = _reference_runs(outcomes, outcome.scenario, system)
+        pairs = [run[key] / ref for run, ref in zip(outcome.runs, refs, strict=False)
+                 if key in run and ref]
+        if pairs:
+            found[system] = statistics.median(pairs)
+    return found
+
+
+# -- targets -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One target of BENCHMARKS.md and what this run measured for it."""
+
+    text: str
+    measured: str
+    ok: bool
+
+
+def _find(outcomes: list[Outcome], scenario: str, system: str,
+          key: str | None = None) -> Outcome | None:
+    for o in outcomes:
+        if (o.scenario.name == scenario and o.system.name == system and _ok(o)
+                and (key is None or o.variant.key == key)):
+            return o
+    return None
+
+
+def targets(outcomes: list[Outcome]) -> list[Target]:
+    """Check golemq-pg's figures against the targets of BENCHMARKS.md (where measured)."""
+    found: list[Target] = []
+
+    def check(text: str, value: float | None, ok: Callable[[float], bool], unit: str) -> None:
+        if value is not None:
+            found.append(Target(text, f"{value:,.2f}{unit}", ok(value)))
+
+    drain = _find(outcomes, "drain", "golemq-pg")
+    if drain:
+        r = ratios(outcomes, drain)
+        check("drain >= 2.5x PGQueuer's best", r.get("pgqueuer"), lambda v: v >= 2.5, "x")
+        check("drain >= 0.8x the raw-SQL ceiling (B=100)", r.get("raw-sql"),
+              lambda v: v >= 0.8, "x")
+    notify = _find(outcomes, "latency", "golemq-pg", "notify")
+    if notify:
+        check("latency p50 <= 3 ms (LISTEN/NOTIFY)", notify.median()["p50_ms"],
+              lambda v: v <= 3, " ms")
+        check("latency p99 <= 10 ms (LISTEN/NOTIFY)", notify.median()["p99_ms"],
+              lambda v: v <= 10, " ms")
+    bulk = _find(outcomes, "bulk", "golemq-pg")
+    if bulk:
+        check("add_many >= 150k jobs/s", bulk.median()["jobs_per_s"],
+              lambda v: v >= 150_000, " jobs/s")
+    single, bare = _find(outcomes, "single", "golemq-pg"), _find(outcomes, "single", "raw-sql")
+    if single and bare:
+        per_run = [a["ms_per_add"] / b["ms_per_add"]
+                   for a, b in zip(single.runs, bare.runs, strict=False)]
+        check("single add within 1.2x of a bare INSERT+COMMIT", statistics.median(per_run),
+              lambda v: v <= 1.2, "x the time")
+    for key, label in (("scope", "serialize_by_scope (1,000 scopes)"),
+                       ("resource", "resource pool")):
+        guarded = _find(outcomes, "guarded", "golemq-pg", key)
+        if guarded:
+            check(f"{label} >= 0.5x unguarded", ratios(outcomes, guarded).get("golemq-pg"),
+                  lambda v: v >= 0.5, "x")
+    scale = _find(outcomes, "scale", "golemq-pg")
+    if scale:
+        m = scale.median()
+        check(f"drain rate at {m['backlog_large']:,.0f} pending >= 0.8x the rate at "
+              f"{m['backlog_small']:,.0f}", m["large_over_small"], lambda v: v >= 0.8, "x")
+    rss = _find(outcomes, "rss", "golemq-pg")
+    if rss:
+        check("worker RSS < 150 MB while draining", rss.median()["peak_rss_mb"],
+              lambda v: v < 150, " MB")
+    return found
+
+
+def load_outcomes(doc: dict[str, Any]) -> list[Outcome]:
+    """Outcomes back from a results.json written by :func:`write_json` (to re-render)."""
+    outcomes = []
+    for r in doc["results"]:
+        system = system_named(r["system"])
+        known = [v for quick in (False, True) for v in system.variants(r["scenario"], quick)]
+        variant = next((v for v in known if v.key == r["variant"]), None) or Variant(
+            system.name, r["variant"], r["label"], r["options"], r["reference"])
+        outcomes.append(Outcome(scenario_named(r["scenario"]), system, variant,
+                                runs=r["runs"], error=r["error"]))
+    return outcomes
+
+
+# -- terminal ----------------------------------------------------------------------------------
+def _scenario_rows(outcomes: list[Outcome], scenario: Scenario) -> list[Outcome]:
+    return [o for o in outcomes if o.scenario is scenario]
+
+
+def _ratio_columns(outcomes: list[Outcome], scenario: Scenario) -> list[tuple[str, str]]:
+    return [(system, label) for system, label in REFERENCES
+            if reference_value(outcomes, scenario, system) is not None
+            and any(o.system.name != system for o in _scenario_rows(outcomes, scenario))]
+
+
+def print_tables(console: Console, outcomes: list[Outcome], found: list[Target]) -> None:
+    """One table per scenario, then the targets."""
+    for scenario in SCENARIOS:
+        rows = _scenario_rows(outcomes, scenario)
+        if not rows:
+            continue
+        refs = _ratio_columns(outcomes, scenario)
+        table = Table(title=scenario.title, title_justify="left")
+        table.add_column("configuration")
+        for metric in scenario.metrics:
+            table.add_column(metric.label, justify="right")
+        for _system, label in refs:
+            table.add_column(label, justify="right")
+        table.add_column("runs", justify="right")
+        for o in rows:
+            if o.error and not o.runs:
+                table.add_row(o.variant.label, f"[red]error: {escape(o.error[:60])}[/]")
+                continue
+            median, r = o.median(), ratios(outcomes, o)
+            table.add_row(o.variant.label,
+                          *(_fmt(m.key, median.get(m.key)) for m in scenario.metrics),
+                          *(f"{r[s]:.2f}x" if s in r else "-" for s, _ in refs),
+                          str(len(o.runs)))
+        console.print(table)
+    if found:
+        table = Table(title="Targets (BENCHMARKS.md)", title_justify="left")
+        for column in ("target", "measured", "met"):
+            table.add_column(column)
+        for t in found:
+            table.add_row(t.text, t.measured, "[green]yes[/]" if t.ok else "[red]no[/]")
+        console.print(table)
+
+
+# -- files -------------------------------------------------------------------------------------
+def _result_json(outcomes: list[Outcome], o: Outcome) -> dict[str, Any]:
+    return {"scenario": o.scenario.name, "system": o.system.name, "variant": o.variant.key,
+            "label": o.variant.label, "options": dict(o.variant.options),
+            "reference": o.variant.reference, "runs": o.runs,
+            "median": o.median() if o.runs else {}, "ratios": ratios(outcomes, o),
+            "error": o.error}
+
+
+def write_json(path: Path, *, machine: dict[str, Any], sizes: Sizes, quick: bool, runs: int,
+               notes: list[str], outcomes: list[Outcome], found: list[Target],
+               command: str) -> None:
+    """Every figure of every run, the medians, the ratios, the machine and the sizes."""
+    doc = {
+        "harness": {"command": command, "quick": quick, "runs": runs, "sizes": asdict(sizes),
+                    "scenarios": {s.name: {"title": s.title, "method": s.method,
+                                           "metrics": [asdict(m) for m in s.metrics]}
+                                  for s in SCENARIOS}},
+        "machine": machine,
+        "notes": notes,
+        "results": [_result_json(outcomes, o) for o in outcomes],
+        "targets": [asdict(t) for t in found],
+    }
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def write_chart(path: Path, outcomes: list[Outcome]) -> str | None:
+    """Drain throughput and latency bars per configuration; returns a note when skipped."""
+    try:
+        import matplotlib as mpl  # noqa: PLC0415 - optional: the bench extra installs it
+
+        mpl.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        return "chart skipped: matplotlib not installed"
+    drain = [o for o in outcomes if o.scenario.name == "drain" and _ok(o)]
+    latency = [o for o in outcomes if o.scenario.name == "latency" and _ok(o)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
+    labels = [o.variant.label for o in drain]
+    left.barh(labels, [o.median()["jobs_per_s"] for o in drain],
+              color=[COLORS.get(o.system.name, "#333333") for o in drain])
+    left.set_xlabel("jobs/s (median)")
+    left.set_title("Drain throughput (higher is better)")
+    left.invert_yaxis()
+    width = 0.27
+    for offset, key in enumerate(("p50_ms", "p95_ms", "p99_ms")):
+        positions = [i + (offset - 1) * width for i in range(len(latency))]
+        right.barh(positions, [o.median()[key] for o in latency], height=width, label=key[:3])
+    right.set_yticks(range(len(latency)), [o.variant.label for o in latency])
+    right.set_xscale("log")
+    right.xaxis.set_major_formatter(mpl.ticker.ScalarFormatter())
+    right.set_xlabel("ms, enqueue -> handler start (log scale)")
+    right.set_title("Latency, idle worker (lower is better)")
+    right.invert_yaxis()
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _loads(values: list[float] | None) -> str:
+    return "/".join(f"{v:.1f}" for v in values) if values else "n/a"
+
+
+def _md_table(outcomes: list[Outcome], scenario: Scenario) -> list[str]:
+    rows = _scenario_rows(outcomes, scenario)
+    refs = _ratio_columns(outcomes, scenario)
+    metrics: list[Metric] = list(scenario.metrics)
+    head = ["configuration", *(m.label for m in metrics), *(label for _s, label in refs)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for o in rows:
+        if not o.runs:
+            lines.append(f"| {o.variant.label} | error: {o.error} |")
+            continue
+        median, r = o.median(), ratios(outcomes, o)
+        cells = [o.variant.label, *(_fmt(m.key, median.get(m.key)) for m in metrics),
+                 *(f"{r[s]:.2f}x" if s in r else "-" for s, _l in refs)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_results_md(path: Path, *, machine: dict[str, Any], sizes: Sizes, runs: int,
+                     notes: list[str], outcomes: list[Outcome], found: list[Target],
+                     command: str) -> None:
+    """The human-readable record of the latest full run: figures, ratios, method, how to
+    reproduce."""
+    pk = machine.get("packages", {})
+    out = [
+        "# golemq-pg benchmark results",
+        "",
+        "Generated by `python -m benchmarks` (do not edit by hand; re-run to refresh).",
+        "",
+        f"* Date: {machine.get('date')}",
+        f"* Machine: {machine.get('cores')} cores ({machine.get('cpu')}), "
+        f"{machine.get('memory_mb')} MB RAM, {machine.get('platform')}",
+        f"* PostgreSQL {machine.get('postgres_version')} (shared_buffers "
+        f"{machine.get('shared_buffers')}, synchronous_commit "
+        f"{machine.get('synchronous_commit')}); Python {machine.get('python')}",
+        "* Packages: " + ", ".join(f"{k} {v}" for k, v in pk.items() if v),
+        f"* Median of {runs} interleaved runs per configuration (ratios: median of the "
+        f"per-run ratios); load average (1/5/15 min) "
+        f"at start {_loads(machine.get('load_average_at_start'))}, at end "
+        f"{_loads(machine.get('load_average_at_end'))}",
+        f"* Command: `{command}`",
+        "",
+        "Absolute figures drift with the machine and whatever else runs on it; the ratios "
+        "compare systems measured side by side in this one run.",
+        "",
+    ]
+    if notes:
+        out += ["**Notes on this run**", "", *(f"* {n}" for n in notes), ""]
+    if found:
+        out += ["## Targets (BENCHMARKS.md)", "", "| target | measured | met |", "|---|---|---|"]
+        out += [f"| {t.text} | {t.measured} | {'yes' if t.ok else 'NO'} |" for t in found]
+        out.append("")
+    for scenario in SCENARIOS:
+        if _scenario_rows(outcomes, scenario):
+            out += [f"## {scenario.title}", "", scenario.method, "",
+                    *_md_table(outcomes, scenario), ""]
+    out += [
+        "## Method",
+        "",
+        "* Every run of every scenario gets a fresh sandbox created and dropped by the "
+        "harness: a schema for golemq-pg and the raw-SQL ceiling, a dedicated database for "
+        "PGQueuer and Procrastinate (a schema on their search_path when CREATEDB is missing).",
+        "* Handlers are no-ops; rows are kept (golemq-pg and the ceiling mark them "
+        "SUCCEEDED, Procrastinate keeps them with `delete_jobs=\"never\"`; PGQueuer always "
+        "moves finished jobs to its log table).",
+        "* raw-SQL ceiling: golemq-pg's own migrations, then a psycopg loop: claim B with a "
+        "MATERIALIZED CTE + FOR UPDATE SKIP LOCKED, complete B with one UPDATE ... WHERE id "
+        "= ANY(...); its best B=100 figure (1 or 2 threads) is the ceiling.",
+        "* PGQueuer: asyncpg driver, schema from its own installer; QueueManagers on their "
+        "own connections in one uvloop event loop; best = 2 consumers x batch 100; also "
+        "5 x 10 (its benchmark tool's default) and 1 x 10 (the library's defaults).",
+        "* Procrastinate: psycopg connector, schema from its schema manager, concurrency 4, "
+        "async no-op task.",
+        "* golemq-pg: PostgresStore + Queue.add_many / add + Worker with a no-op handler "
+        "(`run_until_empty` for drains).",
+        f"* Sizes: {json.dumps(asdict(sizes))}",
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        "pip install -e '.[bench]'",
+        "export GOLEMQ_DSN=postgresql://postgres@127.0.0.1:5432/test   # else the embedded server",
+        "python -m benchmarks --results-md benchmarks/RESULTS.md      # or: golemq-pg bench",
+        "python -m benchmarks --quick                                 # CI smoke test",
+        "python -m benchmarks --only drain --only pgqueuer --runs 5   # a subset",
+        "```",
+        "",
+    ]
+    path.write_text("\n".join(out), encoding="utf-8")

@@ -1,0 +1,229 @@
+"""The scenarios of BENCHMARKS.md: what each one sets up, runs and reports.
+
+Every run of every scenario gets its own fresh sandbox (schema or database), so no run
+inherits bloat, statistics or leftovers from another.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass
+
+from benchmarks.rss import drain_in_child
+from benchmarks.sandbox import Sandbox, sandbox_for
+from benchmarks.systems import System, UnsupportedError, Variant
+from benchmarks.systems.raw_sql import fill_golemq_table
+
+Figures = dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How big each scenario is; ``slow`` sizes are for systems far below 1k jobs/s."""
+
+    drain: int
+    drain_slow: int
+    steady_seconds: float
+    latency_count: int
+    latency_interval: float
+    bulk: int
+    bulk_slow: int
+    single: int
+    scale_small: int
+    scale_large: int
+    scale_take: int
+    scale_rounds: int
+    rss: int
+    rss_slow: int
+    guarded: int
+
+
+QUICK = Sizes(drain=2_000, drain_slow=200, steady_seconds=1.0, latency_count=25,
+              latency_interval=0.02, bulk=5_000, bulk_slow=1_000, single=200, scale_small=1_000,
+              scale_large=10_000, scale_take=1_000, scale_rounds=2,
+              rss=2_000, rss_slow=200, guarded=2_000)
+FULL = Sizes(drain=50_000, drain_slow=3_000, steady_seconds=10.0, latency_count=500,
+             latency_interval=0.02, bulk=100_000, bulk_slow=20_000, single=2_000,
+             scale_small=10_000, scale_large=1_000_000, scale_take=10_000, scale_rounds=3,
+             rss=50_000, rss_slow=3_000, guarded=20_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One reported figure."""
+
+    key: str
+    label: str
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A named measurement; ``run`` does one run of one variant in a fresh sandbox."""
+
+    name: str
+    title: str
+    method: str
+    metrics: tuple[Metric, ...]
+    run: Callable[[System, Variant, str, Sizes], Figures]
+    #: Only these systems take part (None: every system that implements the verb).
+    systems: tuple[str, ...] | None = None
+
+    @property
+    def primary(self) -> Metric:
+        """The figure the ratios are computed on."""
+        return self.metrics[0]
+
+
+def _box(system: System, dsn: str, tag: str) -> AbstractContextManager[Sandbox]:
+    return sandbox_for(system.isolation, dsn, f"{tag}_{system.name}")
+
+
+def _slow(system: System, fast: int, slow: int) -> int:
+    return slow if system.slow else fast
+
+
+def run_drain(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    n = _slow(system, sizes.drain, sizes.drain_slow)
+    with _box(system, dsn, "drain") as box:
+        system.install(box)
+        system.enqueue_setup(box, n)
+        seconds = system.drain(box, variant, n)
+    return {"jobs_per_s": n / seconds, "seconds": seconds, "jobs": n}
+
+
+def run_steady(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    with _box(system, dsn, "steady") as box:
+        system.install(box)
+        result = system.steady(box, variant, sizes.steady_seconds)
+    return {"processed_per_s": result.processed / result.seconds,
+            "enqueued_per_s": result.enqueued / result.seconds,
+            "backlog_at_end": result.enqueued - result.processed}
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def run_latency(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    with _box(system, dsn, "latency") as box:
+        system.install(box)
+        seen = sorted(system.latency(box, variant, sizes.latency_count, sizes.latency_interval))
+    if not seen:
+        raise RuntimeError("no job reached its handler")
+    return {"p50_ms": _percentile(seen, 0.50) * 1000, "p95_ms": _percentile(seen, 0.95) * 1000,
+            "p99_ms": _percentile(seen, 0.99) * 1000, "mean_ms": statistics.fmean(seen) * 1000,
+            "missed": sizes.latency_count - len(seen)}
+
+
+def run_bulk(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    n = _slow(system, sizes.bulk, sizes.bulk_slow)
+    with _box(system, dsn, "bulk") as box:
+        system.install(box)
+        seconds = system.bulk_enqueue(box, n)
+    return {"jobs_per_s": n / seconds, "jobs": n}
+
+
+def run_single(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    with _box(system, dsn, "single") as box:
+        system.install(box)
+        seconds = system.single_enqueue(box, sizes.single)
+    return {"adds_per_s": sizes.single / seconds, "ms_per_add": seconds / sizes.single * 1000}
+
+
+def run_scale(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    # Both backlogs live side by side and their drain windows alternate, so a burst of load
+    # from elsewhere hits both alike; the small one is refilled before each of its windows.
+    small, large, take = sizes.scale_small, sizes.scale_large, sizes.scale_take
+    spent = {small: 0.0, large: 0.0}
+    with ExitStack() as stack:
+        boxes = {}
+        for backlog in (small, large):
+            boxes[backlog] = stack.enter_context(_box(system, dsn, "scale"))
+            system.install(boxes[backlog])
+            fill_golemq_table(boxes[backlog], backlog)  # INSERT ... SELECT generate_series
+        for round_ in range(sizes.scale_rounds):
+            for backlog, box in boxes.items():
+                if backlog == small and round_ > 0:
+                    fill_golemq_table(box, take)
+                spent[backlog] += system.drain_partial(box, variant, take)
+    rate_small = take * sizes.scale_rounds / spent[small]
+    rate_large = take * sizes.scale_rounds / spent[large]
+    return {"large_over_small": rate_large / rate_small, "small_per_s": rate_small,
+            "large_per_s": rate_large, "backlog_small": small, "backlog_large": large}
+
+
+def run_rss(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    n = _slow(system, sizes.rss, sizes.rss_slow)
+    with _box(system, dsn, "rss") as box:
+        system.install(box)
+        system.enqueue_setup(box, n)
+        peak_bytes, seconds = drain_in_child(system, variant, box, n)
+    return {"peak_rss_mb": peak_bytes / 2**20, "jobs_per_s": n / seconds, "jobs": n}
+
+
+def run_guarded(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    with _box(system, dsn, "guarded") as box:
+        system.install(box)
+        system.enqueue_setup(box, sizes.guarded, scopes=int(variant.options.get("scopes", 0)))
+        seconds = system.drain(box, variant, sizes.guarded)
+    return {"jobs_per_s": sizes.guarded / seconds, "jobs": sizes.guarded}
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("drain", "Drain (burn-down) throughput",
+             "N no-op jobs are enqueued first (not timed), then consumed until the queue is "
+             "empty; jobs/s = N / wall time of the consumers.",
+             (Metric("jobs_per_s", "jobs/s"),), run_drain),
+    Scenario("steady", "Steady state",
+             "One producer enqueues batches of 100 as fast as it can while the consumers run, "
+             "for a fixed time; jobs/s processed (and enqueued) over that window.",
+             (Metric("processed_per_s", "processed/s"), Metric("enqueued_per_s", "enqueued/s"),
+              Metric("backlog_at_end", "backlog", higher_is_better=False)), run_steady),
+    Scenario("latency", "Latency, idle worker",
+             "An idle worker; one job every 20 ms from another thread; time from the enqueue "
+             "call (which commits) to the handler starting. Includes the enqueue round trip.",
+             (Metric("p50_ms", "p50 ms", higher_is_better=False),
+              Metric("p95_ms", "p95 ms", higher_is_better=False),
+              Metric("p99_ms", "p99 ms", higher_is_better=False)), run_latency),
+    Scenario("bulk", "Bulk enqueue",
+             "N jobs through the bulk API (golemq-pg add_many, PGQueuer list enqueue in chunks "
+             "of 10k, Procrastinate batch_defer in chunks of 5k, raw COPY).",
+             (Metric("jobs_per_s", "jobs/s"),), run_bulk),
+    Scenario("single", "Single enqueue",
+             "N jobs enqueued one call (one transaction) at a time; the ceiling is a bare "
+             "INSERT + COMMIT.",
+             (Metric("adds_per_s", "adds/s"), Metric("ms_per_add", "ms/add", False)), run_single),
+    Scenario("scale", "Claim cost vs backlog size",
+             "Backlogs are inserted with INSERT ... SELECT generate_series into golemq-pg's "
+             "table shape; K jobs are drained from each in alternating windows (the small "
+             "backlog refilled before each); drain rate with the large backlog divided by "
+             "the rate with the small one.",
+             (Metric("large_over_small", "large/small"), Metric("small_per_s", "small jobs/s"),
+              Metric("large_per_s", "large jobs/s")), run_scale,
+             systems=("raw-sql", "golemq-pg")),
+    Scenario("rss", "Worker RSS while draining",
+             "The consumer runs in a child process that drains N jobs; its RSS is sampled "
+             "every 20 ms with psutil; the peak is reported.",
+             (Metric("peak_rss_mb", "peak RSS MB", higher_is_better=False),
+              Metric("jobs_per_s", "jobs/s")), run_rss),
+    Scenario("guarded", "Guarded claims",
+             "Drain throughput with serialize_by_scope over 1,000 scopes and with a resource "
+             "pool (as wide as the handler), against the same worker unguarded.",
+             (Metric("jobs_per_s", "jobs/s"),), run_guarded, systems=("golemq-pg",)),
+)
+
+
+def scenario_named(name: str) -> Scenario:
+    """The scenario called ``name``."""
+    for scenario in SCENARIOS:
+        if scenario.name == name:
+            return scenario
+    raise KeyError(name)
+
+
+__all__ = ["FULL", "QUICK", "SCENARIOS", "Figures", "Metric", "Scenario", "Sizes",
+           "UnsupportedError", "scenario_named"]

@@ -1,0 +1,231 @@
+"""golemq-pg itself, through its public API only: PostgresStore, Queue, Worker."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from benchmarks.sandbox import Sandbox
+from benchmarks.systems.base import (
+    JOB_TYPE,
+    LatencyProbe,
+    SteadyResult,
+    System,
+    UnavailableError,
+    Variant,
+    paced,
+    wait_until,
+)
+
+#: Handler slots (threads) for the no-op handler in the throughput scenarios.
+CONCURRENCY = 32
+#: Scopes the serialize_by_scope scenario spreads its jobs over.
+SCOPES = 1000
+BULK_CHUNK = 50_000
+
+
+def _quiet_logs() -> None:
+    """Keep golemq-pg's structlog INFO lines (worker started/stopped, migrations) off the
+    harness's terminal and out of the RSS child's stdout; warnings still show."""
+    import structlog  # noqa: PLC0415
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def _api() -> tuple[Any, Any, Any, Any]:
+    import golemq_pg  # noqa: PLC0415 - imported late: the harness must start without it
+
+    _quiet_logs()
+
+    return golemq_pg.PostgresStore, golemq_pg.Queue, golemq_pg.Worker, golemq_pg.Resource
+
+
+def _succeeded() -> Any:
+    import golemq_pg  # noqa: PLC0415
+
+    return golemq_pg.JobStatus.SUCCEEDED
+
+
+class _Counter:
+    """A thread-safe count of handler calls."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
+class GolemqSystem(System):
+    """golemq-pg: Queue.add_many / add to enqueue, a Worker with a no-op handler to consume."""
+
+    name = "golemq-pg"
+    title = "golemq-pg"
+    isolation = "schema"
+
+    def check_available(self) -> None:
+        try:
+            store_cls, queue_cls, worker_cls, _resource = _api()
+        except ImportError as exc:
+            raise UnavailableError(f"golemq_pg does not import: {exc}") from exc
+        missing = [name for name, obj in (("PostgresStore", store_cls), ("Queue", queue_cls),
+                                          ("Worker", worker_cls)) if not callable(obj)]
+        if missing:
+            raise UnavailableError(f"golemq-pg's {', '.join(missing)} not implemented yet (stubs)")
+
+    def variants(self, scenario: str, quick: bool) -> list[Variant]:
+        base = {"concurrency": CONCURRENCY, "batch_size": None, "notify": True, "poll": 0.5}
+        default = Variant(self.name, f"c{CONCURRENCY}", f"golemq-pg concurrency {CONCURRENCY}",
+                          base)
+        if scenario == "latency":
+            return [Variant(self.name, "notify", "golemq-pg LISTEN/NOTIFY (poll 0.5 s)", base),
+                    Variant(self.name, "poll", "golemq-pg poll-only (poll 0.5 s)",
+                            {**base, "notify": False})]
+        if scenario == "guarded":
+            return [Variant(self.name, "unguarded", "golemq-pg unguarded", base, reference=True),
+                    Variant(self.name, "scope", f"golemq-pg serialize_by_scope ({SCOPES} scopes)",
+                            {**base, "serialize_by_scope": True, "scopes": SCOPES}),
+                    Variant(self.name, "resource", "golemq-pg resource pool",
+                            {**base, "resource": True})]
+        return [default]
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _store(self, box: Sandbox, max_size: int = 8) -> Any:
+        store_cls = _api()[0]
+        return store_cls.connect(box.dsn, schema=box.schema, min_size=1, max_size=max_size)
+
+    def _worker(self, store: Any, variant: Variant, on_job: Any) -> Any:
+        _store, _queue, worker_cls, resource_cls = _api()
+        opts = variant.options
+        resources = None
+        if opts.get("resource"):
+            resources = {"bench_pool": resource_cls(concurrency=opts["concurrency"],
+                                                    types=[JOB_TYPE])}
+        worker = worker_cls(store, notify=opts["notify"], poll_interval=opts["poll"],
+                            batch_size=opts["batch_size"], resources=resources)
+
+        def noop(job: Any) -> None:
+            on_job(job)
+
+        worker.handler(JOB_TYPE, concurrency=opts["concurrency"],
+                       serialize_by_scope=bool(opts.get("serialize_by_scope")))(noop)
+        return worker
+
+    # -- System -----------------------------------------------------------------------------
+    def install(self, box: Sandbox) -> None:
+        with self._store(box, max_size=1) as store:
+            store.migrate()
+
+    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0) -> None:
+        queue_cls = _api()[1]
+        with self._store(box, max_size=2) as store:
+            queue = queue_cls(store)
+            if scopes:
+                for s in range(scopes):
+                    share = range(s, n, scopes)
+                    queue.add_many(JOB_TYPE, [{"i": i} for i in share], scope=("bench", str(s)))
+                return
+            for start in range(0, n, BULK_CHUNK):
+                chunk = range(start, min(n, start + BULK_CHUNK))
+                queue.add_many(JOB_TYPE, [{"i": i} for i in chunk])
+
+    def bulk_enqueue(self, box: Sandbox, n: int) -> float:
+        queue_cls = _api()[1]
+        payloads = [{"i": i} for i in range(n)]
+        with self._store(box, max_size=2) as store:
+            queue = queue_cls(store)
+            started = time.perf_counter()
+            queue.add_many(JOB_TYPE, payloads)
+            return time.perf_counter() - started
+
+    def single_enqueue(self, box: Sandbox, n: int) -> float:
+        queue_cls = _api()[1]
+        with self._store(box, max_size=2) as store:
+            queue = queue_cls(store)
+            started = time.perf_counter()
+            for i in range(n):
+                queue.add(JOB_TYPE, {"i": i})
+            return time.perf_counter() - started
+
+    def drain(self, box: Sandbox, variant: Variant, n: int) -> float:
+        counter = _Counter()
+        with self._store(box) as store:
+            worker = self._worker(store, variant, lambda _job: counter.add())
+            started = time.perf_counter()
+            worker.run_until_empty(timeout=900)
+            elapsed = time.perf_counter() - started
+            # Not timed: every acknowledgement must have landed when run_until_empty returned.
+            succeeded = _api()[1](store).count_by_status()[_succeeded()]
+        if counter.value != n or succeeded != n:
+            raise RuntimeError(f"golemq-pg ran {counter.value} and recorded {succeeded} "
+                               f"succeeded of {n} jobs")
+        return elapsed
+
+    def drain_partial(self, box: Sandbox, variant: Variant, k: int) -> float:
+        # Timed from the 10th percentile to k handler calls, so worker start-up is excluded.
+        counter = _Counter()
+        with self._store(box) as store:
+            worker = self._worker(store, variant, lambda _job: counter.add())
+            worker.start()
+            try:
+                if not wait_until(lambda: counter.value >= k // 10, timeout=300, interval=0.001):
+                    raise RuntimeError("golemq-pg scale drain did not start")
+                first, started = counter.value, time.perf_counter()
+                if not wait_until(lambda: counter.value >= k, timeout=900, interval=0.001):
+                    raise RuntimeError(f"golemq-pg scale drain stalled at {counter.value}")
+                elapsed = time.perf_counter() - started
+                done = counter.value
+            finally:
+                worker.stop()
+        return elapsed * k / max(1, done - first)
+
+    def steady(self, box: Sandbox, variant: Variant, seconds: float) -> SteadyResult:
+        queue_cls = _api()[1]
+        counter = _Counter()
+        stop = threading.Event()
+        enqueued = [0]
+        with self._store(box) as store:
+            queue = queue_cls(store)
+
+            def produce() -> None:
+                while not stop.is_set():
+                    enqueued[0] += queue.add_many(JOB_TYPE, [{"i": i} for i in range(100)])
+
+            worker = self._worker(store, variant, lambda _job: counter.add())
+            producer = threading.Thread(target=produce, daemon=True)
+            worker.start()
+            try:
+                started = time.perf_counter()
+                producer.start()
+                time.sleep(seconds)
+                result = SteadyResult(enqueued=enqueued[0], processed=counter.value,
+                                      seconds=time.perf_counter() - started)
+                stop.set()
+                producer.join()
+            finally:
+                stop.set()
+                worker.stop()
+        return result
+
+    def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
+        queue_cls = _api()[1]
+        probe = LatencyProbe(count)
+        with self._store(box) as store:
+            queue = queue_cls(store)
+            worker = self._worker(store, variant, lambda job: probe.start(job.payload["i"]))
+            worker.start()
+            try:
+                time.sleep(0.3)  # let the worker reach its idle wait
+                started = time.perf_counter()
+                for i in range(count):
+                    time.sleep(paced(started, i, interval))
+                    probe.committed[i] = time.perf_counter()
+                    queue.add(JOB_TYPE, {"i": i})
+                wait_until(probe.done, timeout=10 + 2 * variant.options["poll"])
+            finally:
+                worker.stop()
+        return probe.latencies()
