@@ -131,8 +131,9 @@ class ClaimLoop:
                 self.drained.set()
             return -1.0
         poll_due = now >= self._next_poll or idle
+        # The rotation advances only when a claim is sent (below): advancing it on every pass
+        # could lock its phase to the loop's rhythm and always put the same type first.
         start = self._rotation % len(pools)
-        self._rotation += 1
         ordered = pools[start:] + pools[:start]
         open_pools = [(pool, pool.free()) for pool in ordered]
         open_pools = [(pool, free) for pool, free in open_pools if free > 0]
@@ -141,6 +142,7 @@ class ClaimLoop:
         if not poll_due and not any(p.maybe_more and p.wants_claim() for p, _ in open_pools):
             return max(self._next_poll - now, 0.0)
         slots = self._slots(open_pools)
+        self._rotation += 1
         hints = {pool.type: pool.hints for pool, _ in open_pools}
         began = time.monotonic()
         recovering = self._failures > 0
