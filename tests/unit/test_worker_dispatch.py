@@ -54,8 +54,10 @@ def test_claims_never_exceed_batch_size_and_rotate_types() -> None:
     assert all(sum(s.limit for s in r.types) <= 2 for r in store.requests)
     firsts = Counter(r.types[0].type for r in store.requests if r.types)
     assert set(firsts) == {"a", "b", "c"}  # every type gets to go first
-    # Fairness: no type waits for another to drain.
-    assert set(order[:15]) == {"a", "b", "c"}
+    # Fairness: no type waits for another to drain; every type is asked for early on (the
+    # order handlers run in depends on thread scheduling, the claims do not).
+    early = {s.type for r in store.requests[:6] for s in r.types if s.limit > 0}
+    assert early == {"a", "b", "c"}
 
 
 def test_claim_requests_carry_leases_and_guards() -> None:
