@@ -154,11 +154,20 @@ class ClaimLoop:
             self._tune(min(time.monotonic() - began, MAX_TUNE_SAMPLE))
         self._next_poll = now + self.poll_interval
         counts = self._distribute(jobs, now)
+        blocked = claim_blocked(jobs)
         for slot in slots:
             pool = runtime.pools[slot.type]
             got = counts.get(slot.type, 0)
-            pool.maybe_more = got >= slot.limit or pool.hints != hints[slot.type]
-        blocked = claim_blocked(jobs)
+            block = blocked.get(slot.type)
+            # A type held back by leases (its scopes, a pool's concurrency, a type it must not
+            # overlap) may claim again as soon as something is acknowledged: the completer's
+            # flush wakes this loop, so it is not left waiting for the next poll. A spent
+            # rate budget only refills with its window: that waits for the poll.
+            pool.maybe_more = (
+                got >= slot.limit
+                or pool.hints != hints[slot.type]
+                or (block is not None and block.kind != "pool rate")
+            )
         self._blocked.observe(slots, counts, blocked)
         hinted = any(pool.hints != hints[pool.type] for pool, _ in open_pools)
         if not jobs and idle and not hinted:
@@ -171,6 +180,9 @@ class ClaimLoop:
                 # this loop when done.
                 return self.poll_interval
             self.drained.set()
+        if not jobs and blocked:
+            # Sleep until woken (a flush, a finishing handler, a hint) or the next poll.
+            return max(self._next_poll - time.monotonic(), 0.0)
         return None if jobs else 0.0
 
     def _tune(self, seconds: float) -> None:
