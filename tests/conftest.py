@@ -11,6 +11,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from golemq_pg import InMemoryStore, PostgresStore
+from golemq_pg._embedded import ensure_server
+
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
@@ -30,8 +33,6 @@ def pg_dsn() -> str:
         return env
     if _reachable(LOCAL_DSN):
         return LOCAL_DSN
-    from golemq_pg._embedded import ensure_server
-
     return ensure_server()
 
 
@@ -47,8 +48,6 @@ def schema(pg_dsn: str) -> Iterator[str]:
 @pytest.fixture
 def pg_store(pg_dsn: str, schema: str) -> Iterator[object]:
     """A migrated PostgresStore on a fresh schema."""
-    from golemq_pg import PostgresStore
-
     store = PostgresStore.connect(pg_dsn, schema=schema, min_size=1, max_size=8)
     store.migrate()
     yield store
@@ -58,8 +57,6 @@ def pg_store(pg_dsn: str, schema: str) -> Iterator[object]:
 @pytest.fixture
 def mem_store() -> object:
     """A fresh InMemoryStore."""
-    from golemq_pg import InMemoryStore
-
     return InMemoryStore()
 
 

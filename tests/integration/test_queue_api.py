@@ -57,7 +57,8 @@ def test_add_get_and_summary_fields(store: Any) -> None:
     assert job.status is JobStatus.PENDING
     assert (job.attempts, job.max_attempts, job.priority) == (0, 4, 5)
     assert job.run_at.tzinfo is not None
-    assert job.started_at is None and job.finished_at is None
+    assert job.started_at is None
+    assert job.finished_at is None
     assert [e.outcome for e in rec.events] == ["enqueued"]
     assert queue.get("999999999") is None
 
@@ -77,7 +78,7 @@ def test_delay_and_run_at_make_jobs_scheduled(store: Any) -> None:
         ({"delay": -1}, "delay"),
         ({"delay": float("nan")}, "delay"),
         ({"delay": 1, "run_at": datetime.now(UTC)}, "not both"),
-        ({"run_at": datetime(2026, 1, 1)}, "timezone-aware"),  # noqa: DTZ001
+        ({"run_at": datetime(2026, 1, 1)}, "timezone-aware"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": 1.5}, "max_attempts"),
         ({"scope": ("Article",)}, "scope"),
@@ -148,7 +149,8 @@ def test_dedupe_replace_while_running_enqueues_a_new_job(store: Any) -> None:
     first_claim = _claim(store, "t")
     assert [j.id for j in first_claim] == [a]
     b = queue.add("t", {"v": 2}, dedupe_key="k", on_duplicate="replace")
-    assert b is not None and b != a
+    assert b is not None
+    assert b != a
     c = queue.add("t", {"v": 3}, dedupe_key="k", on_duplicate="replace")
     assert c == b
     # The new job does not run while the old one holds the key.

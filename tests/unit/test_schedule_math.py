@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -48,7 +49,7 @@ def test_cron_across_fall_back_keeps_hourly_spacing() -> None:
     for _ in range(4):
         tick = next_cron_tick("0 * * * *", "Europe/Berlin", tick)
         ticks.append(tick)
-    assert [b - a for a, b in zip(ticks, ticks[1:], strict=False)] == [timedelta(hours=1)] * 3
+    assert [b - a for a, b in itertools.pairwise(ticks)] == [timedelta(hours=1)] * 3
 
 
 def test_daily_cron_in_utc() -> None:
