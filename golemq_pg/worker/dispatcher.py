@@ -64,6 +64,8 @@ class ClaimLoop:
         self._stop = threading.Event()
         self._next_poll = 0.0
         self._rotation = 0
+        #: Types asked by the empty claims of an idle run_until_empty stretch.
+        self._idle_asked: set[str] = set()
         self._failures = 0
         self._failing_since = 0.0
         self._last_error_log = 0.0
@@ -170,7 +172,14 @@ class ClaimLoop:
             )
         self._blocked.observe(slots, counts, blocked)
         hinted = any(pool.hints != hints[pool.type] for pool, _ in open_pools)
+        if jobs or not idle:
+            self._idle_asked.clear()
         if not jobs and idle and not hinted:
+            self._idle_asked.update(slot.type for slot in slots)
+            if not self._idle_asked.issuperset(pool.type for pool, _ in open_pools):
+                # batch_size left some types out of the empty claims so far: ask them before
+                # calling the queue empty (the rotation puts them first next time).
+                return 0.0
             if blocked:
                 # Due work held back by a guard (another process's lease, a pool's budget) is
                 # still due: run_until_empty keeps polling until it runs or the timeout ends.
