@@ -273,6 +273,8 @@ walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
                        ORDER BY d.priority DESC, d.id
                        LIMIT 1)
                 END AS id
+             -- OFFSET 0: computed once per step (inlined, the CASE would run once per use of h.id)
+             OFFSET 0
            ) h
      WHERE w.found < (SELECT wn.n FROM walk_need wn)
        AND w.step < %(walk_limit)s::int
@@ -291,10 +293,14 @@ walk_end AS (
 -- per claimed attempt; an elapsed window restarts now. The final LEFT JOIN returns one row
 -- even when nothing is claimed, carrying the gate's verdict and where the scope walk ended.
 locked AS MATERIALIZED (
-    SELECT j.id
+    -- No status test in this scan: with one, the partial indexes on pending rows qualify,
+    -- and the planner may pick jobs_claim_idx (id is its last column), whose "id = ANY"
+    -- scan reads the whole index once per picked id. Without it only the primary key
+    -- serves the scan; the status of each locked row (its latest version, the lock having
+    -- followed any concurrent update) is tested by the UPDATE's id list below.
+    SELECT j.id, j.status
       FROM {schema}.jobs j
      WHERE j.id = ANY (ARRAY(SELECT pk.id FROM pick pk))
-       AND j.status = 'pending'
        FOR UPDATE SKIP LOCKED
 ),
 upd AS (
@@ -307,7 +313,7 @@ upd AS (
            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s::float8),
            started_at = statement_timestamp(),
            updated_at = statement_timestamp()
-     WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
+     WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l WHERE l.status = 'pending'))
     RETURNING {fragment_claimed_columns}
 ),
 charge AS (
