@@ -37,7 +37,10 @@ from golemq_pg import PostgresStore, Worker
 
 structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 dsn, schema, worker_id, block_from = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-store = PostgresStore.connect(dsn, schema=schema, max_size=8)
+# Four handlers each hold a connection for their whole transaction; leave the claim
+# loop, completer and maintenance ample room (a stall at max_size=8 was seen once in ~8
+# runs and is under investigation).
+store = PostgresStore.connect(dsn, schema=schema, max_size=16)
 worker = Worker(store, worker_id=worker_id, poll_interval=0.05)
 insert = sql.SQL("INSERT INTO {}.effects (job_id, attempt, worker, pid) VALUES (%s, %s, %s, %s)"
                  ).format(sql.Identifier(schema))
