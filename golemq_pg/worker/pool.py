@@ -40,6 +40,17 @@ MAX_ADAPTIVE_PREFETCH = 500
 _DURATION_WEIGHT = 0.2
 
 
+def lease_seconds_for(runtime: Runtime, spec: HandlerSpec) -> float:
+    """The lease a claim of ``spec``'s type asks for: ``lease_duration`` when set (renewed),
+    else ``timeout + lease_grace`` written once, else ``lease_grace`` (renewed)."""
+    cfg = runtime.config
+    if cfg.lease_duration is not None:
+        return cfg.lease_duration
+    if spec.timeout is not None:
+        return spec.timeout + cfg.lease_grace
+    return cfg.lease_grace
+
+
 class Slot:
     """One handler thread. ``abandoned`` is set when the supervisor writes it off."""
 
@@ -72,13 +83,7 @@ class TypePool:
         self.watermark = self.prefetch // 2
         #: Running average of handler durations (seconds); None until one finished.
         self.avg_duration: float | None = None
-        cfg = runtime.config
-        if cfg.lease_duration is not None:
-            self.lease_seconds = cfg.lease_duration
-        elif spec.timeout is not None:
-            self.lease_seconds = spec.timeout + cfg.lease_grace
-        else:
-            self.lease_seconds = cfg.lease_grace
+        self.lease_seconds = lease_seconds_for(runtime, spec)
         #: Units held: buffered, running, or finished but not yet let go. Keyed by unit key.
         #: Plain dict operations are atomic under the GIL, so the hot path takes no lock.
         self.active: dict[str, Unit] = {}

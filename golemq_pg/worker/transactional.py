@@ -44,6 +44,7 @@ from golemq_pg.worker.backoff import HandlerReturnedFalse, JobTimeout
 from golemq_pg.worker.events import TIMEOUT, JobEvent
 from golemq_pg.worker.execution import decide
 from golemq_pg.worker.handlers import HandlerSpec
+from golemq_pg.worker.pool import lease_seconds_for
 from golemq_pg.worker.runtime import _short
 from golemq_pg.worker.units import FINISHED, RUNNING, Unit
 
@@ -120,13 +121,7 @@ class TransactionalPool:
         self.runtime = runtime
         self.spec = spec
         self.type = spec.type
-        cfg = runtime.config
-        if cfg.lease_duration is not None:
-            self.lease_seconds = cfg.lease_duration
-        elif spec.timeout is not None:
-            self.lease_seconds = spec.timeout + cfg.lease_grace
-        else:
-            self.lease_seconds = cfg.lease_grace
+        self.lease_seconds = lease_seconds_for(runtime, spec)
         self.active: dict[str, Unit] = {}
         #: Set when a claim found nothing due; cleared when one found a job.
         self.empty = threading.Event()
