@@ -30,29 +30,37 @@ from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Resource, Worke
 #: n >= block_from, prints "wrote <id>" and blocks (the test SIGKILLs it there).
 #: argv: dsn schema worker_id block_from
 TX_WORKER = r"""
-import os, sys, time
+import os, sys, threading, time
 import structlog
 from psycopg import sql
 from golemq_pg import PostgresStore, Worker
 
 structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 dsn, schema, worker_id, block_from = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-# Four handlers each hold a connection for their whole transaction; leave the claim
-# loop, completer and maintenance ample room (a stall at max_size=8 was seen once in ~8
-# runs and is under investigation).
-store = PostgresStore.connect(dsn, schema=schema, max_size=16)
+# Four handlers each hold a connection for their whole transaction; the claim loop,
+# completer and maintenance share the rest.
+store = PostgresStore.connect(dsn, schema=schema, max_size=8)
 worker = Worker(store, worker_id=worker_id, poll_interval=0.05)
 insert = sql.SQL("INSERT INTO {}.effects (job_id, attempt, worker, pid) VALUES (%s, %s, %s, %s)"
                  ).format(sql.Identifier(schema))
+
+# print() from four threads can interleave its pieces ("wrote wrote7"): one locked write
+# per line keeps every line whole for the test to parse.
+out = threading.Lock()
+
+def say(line):
+    with out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 @worker.handler("charge", transactional=True, concurrency=4)
 def charge(job):
     job.connection.execute(insert, (job.id, job.attempt, worker_id, os.getpid()))
     if job.payload["n"] >= block_from:
-        print("wrote", job.id, flush=True)
+        say("wrote " + job.id)
         time.sleep(120)  # a long handler, its effect written but not committed
 
-print("ready", flush=True)
+say("ready")
 worker.run()
 """
 
