@@ -9,6 +9,8 @@ notification so the worker re-polls for whatever it missed meanwhile.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -71,6 +73,9 @@ class PgListener:
         self._closed = threading.Event()
         # Held while a thread waits on the connection; close() leaves the connection to it.
         self._busy = threading.Lock()
+        # Held while the connection is closed, and while close() cuts a wait short through
+        # its socket: that socket is never one the connection has already given up.
+        self._socket_lock = threading.Lock()
         self._connect_once()
 
     @property
@@ -104,10 +109,31 @@ class PgListener:
         return True
 
     def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):  # closing a broken connection
-                conn.close()
+        with self._socket_lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):  # closing a broken connection
+                    conn.close()
+
+    def _cut_wait_short(self) -> None:
+        """End a wait blocked on the socket now rather than at its timeout.
+
+        Shutting down the read side of the socket makes the blocked wait see end-of-file
+        (psycopg raises, ``wait`` sees the listener closed and drops the connection). Nothing
+        is sent to the server; the waiting thread still closes the connection properly. Done
+        on a duplicate of the descriptor, under the lock ``_drop`` holds, so it can only ever
+        reach this connection's own socket.
+        """
+        with self._socket_lock:
+            conn = self._conn
+            if conn is None or conn.closed:
+                return
+            try:
+                fd = os.dup(conn.pgconn.socket)
+            except (psycopg.Error, OSError):
+                return
+            with socket.socket(fileno=fd) as sock, contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
 
     def _reconnect(self, deadline: float) -> bool:
         """Try to reconnect until ``deadline``, backing off between attempts (the backoff
@@ -160,9 +186,12 @@ class PgListener:
     def close(self) -> None:
         """Stop listening and close the connection (idempotent)."""
         self._closed.set()
-        # A waiting thread returns within its timeout and closes the connection itself.
         if self._busy.acquire(blocking=False):
             try:
                 self._drop()
             finally:
                 self._busy.release()
+        else:
+            # A thread is waiting on the connection: wake it; it closes the connection itself
+            # (a stopping worker need not sit out the rest of the wait's timeout).
+            self._cut_wait_short()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+import structlog
 
 from golemq_pg.store._listener import PgListener, parse_notification
 from golemq_pg.store.port import (
@@ -96,6 +98,43 @@ def test_listener_reconnects_after_its_backend_is_terminated(
     pg_store.job_enqueue(EnqueueParams(type="after", payload=b"{}"))
     later = _collect(listener, 1)
     assert Notification(kind="jobs", items=("after",)) in later
+
+
+def test_close_ends_a_blocked_wait_and_closes_the_connection(
+    listener: PgListener, pg_dsn: str
+) -> None:
+    conn = listener.connection
+    assert conn is not None
+    pid = conn.info.backend_pid
+    results: list[list[Notification]] = []
+    waiter = threading.Thread(target=lambda: results.append(listener.wait(60.0)))
+    with structlog.testing.capture_logs() as logs:
+        waiter.start()
+        time.sleep(0.2)  # let it block on the socket
+        listener.close()
+        # Without the wake-up the thread would sit out its 60 s timeout.
+        waiter.join(10.0)
+    assert not waiter.is_alive()
+    assert results == [[]]
+    assert conn.closed
+    assert listener.connection is None
+    # A closing listener is not a lost connection: nothing logged, no reconnect.
+    assert [e for e in logs if e["log_level"] in ("warning", "error")] == []
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        assert wait_gone(admin, pid)
+    assert listener.wait(0.1) == []
+
+
+def wait_gone(admin: psycopg.Connection[tuple[object, ...]], pid: int) -> bool:
+    """Whether backend ``pid`` ends within a few seconds (a closed connection's backend)."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                            (pid,)).fetchone()
+        if row == (0,):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def test_listener_never_raises_while_the_server_is_unreachable() -> None:
