@@ -7,6 +7,7 @@ exited, with the worst exit code.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import signal
@@ -92,7 +93,16 @@ def run_worker(target: str, announce: Callable[[str], None]) -> None:
         # A child of run_processes starts with these signals blocked: one that arrived
         # meanwhile is pending and is delivered here, to the handler just installed.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        load_worker(target).run()
+        worker = load_worker(target)
+        # This process is ours: everything the application built while loading (modules,
+        # handlers, its own state) lives until exit. Freezing it keeps the cyclic garbage
+        # collector's full passes, which a fast drain triggers every second or so, from
+        # rescanning all of it each time, with every thread stopped meanwhile (measured on a
+        # bare 100k-job drain: ~40 ms a pass, ~2-5 ms frozen; a big application's heap
+        # costs more).
+        gc.collect()
+        gc.freeze()
+        worker.run()
     except _StartupInterrupted:
         announce("interrupted before the worker started; exiting")
     finally:

@@ -85,6 +85,14 @@ class GolemqSystem(System):
             return [Variant(self.name, "notify", "golemq-pg LISTEN/NOTIFY (poll 0.5 s)", base),
                     Variant(self.name, "poll", "golemq-pg poll-only (poll 0.5 s)",
                             {**base, "notify": False})]
+        if scenario == "drain":
+            # The default claims adaptively, up to 500 jobs a claim; batch_size=100 is the
+            # configuration to set against the ceiling's B=100 (BENCHMARKS.md: "at the same
+            # batch size").
+            return [default,
+                    Variant(self.name, f"c{CONCURRENCY}b100",
+                            f"golemq-pg concurrency {CONCURRENCY}, batch_size 100",
+                            {**base, "batch_size": 100}, full_only=True)]
         if scenario == "guarded":
             return [Variant(self.name, "unguarded", "golemq-pg unguarded", base, reference=True),
                     Variant(self.name, "scope", f"golemq-pg serialize_by_scope ({SCOPES} scopes)",

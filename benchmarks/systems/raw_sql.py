@@ -126,7 +126,8 @@ class RawSql(System):
 
         if scenario == "drain":
             return [v(100, 1, reference=True), v(100, 2, reference=True),
-                    v(500, 1, full_only=True), v(10, 1, full_only=True)]
+                    v(500, 1, full_only=True), v(500, 2, full_only=True),
+                    v(10, 1, full_only=True)]
         if scenario == "steady":
             return [v(100, 2, reference=True)]
         if scenario == "latency":

@@ -38,7 +38,6 @@ class Unit:
         "key",
         "lease_deadline",
         "pool",
-        "refs",
         "settled",
         "signal",
         "slot",
@@ -55,7 +54,6 @@ class Unit:
         self.pool = pool
         self.jobs = jobs
         self.key = jobs[0].id
-        self.refs = tuple([LeaseRef(job.id, job.lease_token) for job in jobs])
         self.signal = CancelSignal()
         self.state = BUFFERED
         self.settled = False
@@ -68,6 +66,16 @@ class Unit:
         self.abandon_at: float | None = None
         #: A conservative local estimate of when the lease expires (monotonic clock).
         self.lease_deadline = lease_deadline
+
+    @property
+    def refs(self) -> tuple[LeaseRef, ...]:
+        """The unit's leases (job id and fencing token), built when asked for.
+
+        Not stored: a buffered unit lives until its outcome is written, and every object it
+        keeps alive that long is one more for the cyclic garbage collector to promote and
+        scan (fewer long-lived objects per job measurably shortens the drain's collections).
+        """
+        return tuple([LeaseRef(job.id, job.lease_token) for job in self.jobs])
 
     @property
     def attempt(self) -> int:
