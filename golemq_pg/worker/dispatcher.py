@@ -26,7 +26,7 @@ from golemq_pg.store.port import (
     claim_blocked,
 )
 from golemq_pg.worker.blocked import BlockedReporter
-from golemq_pg.worker.pool import MAX_ADAPTIVE_PREFETCH
+from golemq_pg.worker.pool import DEFAULT_CLAIM_CAP
 from golemq_pg.worker.runtime import LOG_IDS, _short
 from golemq_pg.worker.units import Unit
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("golemq_pg.worker.dispatcher")
 
 #: Default most jobs per claim when ``batch_size`` is not given.
-DEFAULT_BATCH_CAP = MAX_ADAPTIVE_PREFETCH
+DEFAULT_BATCH_CAP = DEFAULT_CLAIM_CAP
 #: Weight of the newest claim round trip in the running average.
 _LATENCY_WEIGHT = 0.2
 #: Longest pause between claim retries while the store fails.

@@ -11,7 +11,8 @@ Capacity: a type holds at most ``concurrency + prefetch`` units (running plus bu
 The prefetch adapts to the handler: about twice what the slots finish during one claim
 round trip (both measured), so fast handlers never wait for a claim while slow handlers do
 not hoard jobs that other workers could run. It stays between ``concurrency`` and
-:data:`MAX_ADAPTIVE_PREFETCH` by default; with an explicit ``batch_size`` B it starts at B
+:data:`MAX_ADAPTIVE_PREFETCH` (two claims of :data:`DEFAULT_CLAIM_CAP`) by default; with an
+explicit ``batch_size`` B it starts at B
 and stays between ``min(concurrency, 2B)`` and ``2B``, so the next batch of B can be claimed
 while the current one runs. The claim loop refills a type when its buffer drains to
 ``watermark`` (half the prefetch), not per job.
@@ -34,8 +35,13 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("golemq_pg.worker.pool")
 
-#: Most jobs an adaptive prefetch buffers per type (also the default claim size cap).
-MAX_ADAPTIVE_PREFETCH = 500
+#: Most jobs one claim leases when ``batch_size`` is not given.
+DEFAULT_CLAIM_CAP = 500
+#: Most jobs an adaptive prefetch buffers per type: two default claims, so that for handlers
+#: fast enough to need it the next claim is in flight while the last one's jobs run (with a
+#: single claim's worth the buffer ran dry during every claim and the claim connection sat
+#: idle while the handlers caught up: a drain measured 0 jobs buffered at each claim).
+MAX_ADAPTIVE_PREFETCH = 2 * DEFAULT_CLAIM_CAP
 #: Weight of the newest handler duration in the running average.
 _DURATION_WEIGHT = 0.2
 
