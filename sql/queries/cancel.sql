@@ -23,19 +23,25 @@
 SELECT set_config('lock_timeout', %(ms)s::text, true)
 
 
--- name: job_cancel_locked_ids
-WITH live AS (
-    SELECT j.id
-      FROM {schema}.jobs j
-     WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.status IN ('pending', 'running')
-), free AS (
+-- name: fragment_locked_of_live
+-- The end of every job_cancel_locked_* statement (which expect a CTE "live": the ids of the
+-- selector's live rows): of those, the ids another transaction holds locked right now.
+, free AS (
     SELECT j.id
       FROM {schema}.jobs j
      WHERE j.id IN (SELECT l.id FROM live l)
        FOR SHARE OF j SKIP LOCKED
 )
 SELECT l.id FROM live l WHERE l.id NOT IN (SELECT f.id FROM free f)
+
+
+-- name: job_cancel_locked_ids
+WITH live AS (
+    SELECT j.id
+      FROM {schema}.jobs j
+     WHERE j.id = ANY(%(ids)s::bigint[])
+       AND j.status IN ('pending', 'running')
+){fragment_locked_of_live}
 
 
 -- name: job_cancel_locked_scope
@@ -44,13 +50,7 @@ WITH live AS (
       FROM {schema}.jobs j
      WHERE j.scope_type = %(scope_type)s::text AND j.scope_id = %(scope_id)s::text
        AND j.status IN ('pending', 'running')
-), free AS (
-    SELECT j.id
-      FROM {schema}.jobs j
-     WHERE j.id IN (SELECT l.id FROM live l)
-       FOR SHARE OF j SKIP LOCKED
-)
-SELECT l.id FROM live l WHERE l.id NOT IN (SELECT f.id FROM free f)
+){fragment_locked_of_live}
 
 
 -- name: job_cancel_locked_keys
@@ -59,13 +59,7 @@ WITH live AS (
       FROM {schema}.jobs j
      WHERE j.type = %(type)s::text AND j.dedupe_key = ANY(%(keys)s::text[])
        AND j.status IN ('pending', 'running')
-), free AS (
-    SELECT j.id
-      FROM {schema}.jobs j
-     WHERE j.id IN (SELECT l.id FROM live l)
-       FOR SHARE OF j SKIP LOCKED
-)
-SELECT l.id FROM live l WHERE l.id NOT IN (SELECT f.id FROM free f)
+){fragment_locked_of_live}
 
 
 -- name: job_cancel_pending_ids

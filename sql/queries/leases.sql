@@ -38,13 +38,41 @@ UPDATE {schema}.jobs j
 RETURNING j.id
 
 
+-- name: fragment_superseded
+-- Whether a held keyed job (row "j") is superseded: its key gained a PENDING replacement
+-- while it ran (on_duplicate="replace"). Such a job is deleted instead of going back to
+-- PENDING, because the replacement carries the newer payload and the pending-only unique
+-- index admits one PENDING job per key.
+(j.dedupe_key IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {schema}.jobs p
+     WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
+       AND p.status = 'pending')) AS superseded
+
+
+-- name: fragment_held_and_dropped
+-- The rest of the "held" CTE of job_retry_many and job_release_many (which expect a CTE
+-- "item" of ids and tokens), then the "dropped" CTE deleting the superseded rows. The held
+-- rows are locked first (MATERIALIZED), so the delete and the update act on exactly the
+-- fenced rows.
+  FROM {schema}.jobs j
+  JOIN item i ON i.id = j.id
+ WHERE j.lease_token = i.token
+   AND j.lease_owner = %(owner)s::text
+   AND j.status = 'running'
+   FOR UPDATE OF j
+),
+dropped AS (
+    DELETE FROM {schema}.jobs j
+     USING held h
+     WHERE j.id = h.id AND h.superseded
+    RETURNING j.id
+),
+
+
 -- name: job_retry_many
 -- RUNNING -> PENDING after each item's delay (database clock); an attempt that should not
--- count (consume_attempt false) is refunded. A keyed job whose key gained a PENDING
--- replacement while it ran (on_duplicate="replace") is superseded: its row is deleted
--- instead, because the replacement carries the newer payload and the pending-only unique
--- index admits one PENDING job per key. The held rows are locked first (MATERIALIZED), so
--- the delete and the update act on exactly the fenced rows.
+-- count (consume_attempt false) is refunded. A superseded keyed job is deleted instead
+-- (fragment_superseded).
 WITH item AS (
     SELECT t.id, t.token, t.delay, t.error, t.consume
       FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(delays)s::float8[],
@@ -53,23 +81,8 @@ WITH item AS (
 ),
 held AS MATERIALIZED (
     SELECT j.id, i.delay, i.error, i.consume,
-           (j.dedupe_key IS NOT NULL AND EXISTS (
-                SELECT 1 FROM {schema}.jobs p
-                 WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
-                   AND p.status = 'pending')) AS superseded
-      FROM {schema}.jobs j
-      JOIN item i ON i.id = j.id
-     WHERE j.lease_token = i.token
-       AND j.lease_owner = %(owner)s::text
-       AND j.status = 'running'
-       FOR UPDATE OF j
-),
-dropped AS (
-    DELETE FROM {schema}.jobs j
-     USING held h
-     WHERE j.id = h.id AND h.superseded
-    RETURNING j.id
-),
+           {fragment_superseded}
+      {fragment_held_and_dropped}
 moved AS (
     UPDATE {schema}.jobs j
        SET status = 'pending',
@@ -97,23 +110,8 @@ WITH item AS (
 ),
 held AS MATERIALIZED (
     SELECT j.id,
-           (j.dedupe_key IS NOT NULL AND EXISTS (
-                SELECT 1 FROM {schema}.jobs p
-                 WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
-                   AND p.status = 'pending')) AS superseded
-      FROM {schema}.jobs j
-      JOIN item i ON i.id = j.id
-     WHERE j.lease_token = i.token
-       AND j.lease_owner = %(owner)s::text
-       AND j.status = 'running'
-       FOR UPDATE OF j
-),
-dropped AS (
-    DELETE FROM {schema}.jobs j
-     USING held h
-     WHERE j.id = h.id AND h.superseded
-    RETURNING j.id
-),
+           {fragment_superseded}
+      {fragment_held_and_dropped}
 moved AS (
     UPDATE {schema}.jobs j
        SET status = 'pending',
@@ -176,10 +174,7 @@ RETURNING j.id
 WITH expired AS MATERIALIZED (
     SELECT j.id, j.lease_owner,
            j.attempts >= j.max_attempts AS exhausted,
-           (j.dedupe_key IS NOT NULL AND EXISTS (
-                SELECT 1 FROM {schema}.jobs p
-                 WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
-                   AND p.status = 'pending')) AS superseded
+           {fragment_superseded}
       FROM {schema}.jobs j
      WHERE j.status = 'running'
        AND j.lease_expires_at < now()
