@@ -65,6 +65,20 @@ def pools_of(job_type: str, resources: dict[str, Resource]) -> list[tuple[str, R
     )
 
 
+def most_admitted(job_type: str, pools: Sequence[tuple[str, Resource]]) -> int | None:
+    """The most jobs of ``job_type`` its resource pools could admit at once (a full
+    concurrency cap, a whole rate window), or None when no pool bounds it."""
+    bounds: list[int] = []
+    for _, res in pools:
+        cost = res.cost_of(job_type)
+        if res.concurrency is not None and cost > 0:
+            bounds.append(res.concurrency // cost)
+        rate_cost = res.rate_cost_of(job_type)
+        if res.rate_per_minute is not None and rate_cost > 0:
+            bounds.append(res.rate_per_minute // rate_cost)
+    return min(bounds) if bounds else None
+
+
 class Claimer:
     """Runs claims for one schema on connections the store hands it."""
 
@@ -123,14 +137,20 @@ class Claimer:
                 member_pools.append(name)
                 member_types.append(member)
                 member_costs.append(res.cost_of(member))
+        # Ask for no more than the pools could ever admit (e.g. 32 of the 500 free slots):
+        # the window, the scan and the walk are all sized from the limit.
+        limit = slot.limit
+        most = most_admitted(slot.type, pools)
+        if most is not None:
+            limit = max(min(limit, most), 1)
         scoped = slot.serialize_by_scope or slot.grouped
-        lookahead = max(slot.limit * _WINDOW_FACTOR, _WINDOW_MIN) if scoped else slot.limit
+        lookahead = max(limit * _WINDOW_FACTOR, _WINDOW_MIN) if scoped else limit
         cursor_type, cursor_id = self._cursors.get(slot.type, (None, None))
         claim = {
             "owner": owner,
             "type": slot.type,
             "lease": float(slot.lease_seconds),
-            "limit": slot.limit,
+            "limit": limit,
             "lookahead": lookahead,
             "scan_limit": max(lookahead * _SCAN_FACTOR, _SCAN_MIN),
             "serialize_by_scope": slot.serialize_by_scope,
@@ -148,7 +168,7 @@ class Claimer:
             "rate_window": self._rate_window,
             "cursor_type": cursor_type,
             "cursor_id": cursor_id,
-            "walk_limit": max(slot.limit * _WALK_FACTOR, _WALK_MIN),
+            "walk_limit": max(limit * _WALK_FACTOR, _WALK_MIN),
             # grouped: a group is claimable when any of its jobs is due; members go by id
             "scope_depth": 1 if slot.grouped else SCOPE_DEPTH,
         }
@@ -220,9 +240,12 @@ class Claimer:
     ) -> list[tuple[Any, ...]]:
         """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip)."""
         if managed:
+            # prepare=True: the claim is planned once per connection, not on each of the
+            # first executions psycopg would otherwise leave unprepared (planning it takes
+            # longer than running it, and claims rotate over every pooled connection).
             with conn.pipeline(), conn.transaction():
-                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params)
-                cur = conn.execute(query, params)
+                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=True)
+                cur = conn.execute(query, params, prepare=True)
             return cur.fetchall()
         conn.execute(self._q["claim_lock_exclusive"], lock_params)
         return conn.execute(query, params).fetchall()

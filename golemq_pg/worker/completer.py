@@ -8,6 +8,14 @@ were fenced out: the lease was lost (observers get ``"lease-lost"``) or the row 
 cancelled (nothing to report: it was reported when cancelled). A write that fails is
 retried with backoff, never dropped, until the worker's final flush gives up (then the
 leases simply expire and the reaper recovers the jobs: at-least-once).
+
+An outcome whose commit may let a guarded claim proceed (a job of a resource pool with a
+concurrency cap, of a serialize_by_scope or grouped type, or of a type another handler must
+not overlap or waits for) is written at once, without the accumulation delay: such capacity
+only frees when the write commits. Once it has, the types it may unblock are hinted to the
+claim loop, which re-claims at once (a claim the pool's room or the busy scopes cut short
+would otherwise wait for the next poll). Outcomes arriving while a write is in flight
+still form the next batch.
 """
 
 from __future__ import annotations
@@ -57,6 +65,10 @@ class Completer:
         self._full = threading.Event()
         self._stop = threading.Event()
         self._busy = False
+        #: Per type whose settled leases may let a guarded claim proceed: the handler types
+        #: of this worker that may then claim (see the module docstring). Its outcomes are
+        #: written without the accumulation delay.
+        self.unblocks: dict[str, frozenset[str]] = unblocked_by(runtime)
         #: Once set, a failing write is abandoned instead of retried (end of shutdown).
         self.give_up_at: float | None = None
         self._thread: threading.Thread | None = None
@@ -83,7 +95,9 @@ class Completer:
         entries.append(entry)
         if not self._pending.is_set():
             self._pending.set()
-        if len(entries) >= self.max_items and not self._full.is_set():
+        if (
+            len(entries) >= self.max_items or entry[1].pool.type in self.unblocks
+        ) and not self._full.is_set():
             self._full.set()
 
     def idle(self) -> bool:
@@ -135,6 +149,15 @@ class Completer:
         for kind in (COMPLETE, RETRY, FAIL, RELEASE):
             if batch[kind]:
                 self._write(kind, batch[kind])
+        unblocks = self.unblocks
+        if unblocks:
+            hinted: set[str] = set()
+            for group in batch:
+                for entry in group:
+                    hinted.update(unblocks.get(entry[1].pool.type, ()))
+            if hinted:
+                # After the writes committed: the claim sees the freed capacity.
+                self.runtime.hint(tuple(hinted))
 
     def _write(self, kind: int, group: list[Entry]) -> None:
         items = [item for entry in group for item in entry[2]]
@@ -242,6 +265,29 @@ class Completer:
                 hub.emit(job.id, job.type, job.scope, "lease-lost", job.attempt)
 
 
+def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
+    """For each type whose settled leases may let a guarded claim proceed, the handler types
+    of this worker that may then claim: the members of a resource pool with a concurrency cap
+    (a rate budget does not free on completion), a serialize_by_scope or grouped type itself,
+    and the types whose ``not_while_running`` or ``waits_for`` names it."""
+    local = set(runtime.pools) | set(runtime.tx_pools)
+    found: dict[str, set[str]] = {}
+    for res in runtime.config.resources.values():
+        if res.concurrency is None:
+            continue
+        members = set(res.types)
+        for member in members:
+            found.setdefault(member, set()).update(members & local)
+    specs = [pool.spec for pool in runtime.pools.values()]
+    specs += [tx_pool.spec for tx_pool in runtime.tx_pools.values()]
+    for spec in specs:
+        if spec.serialize_by_scope or spec.grouped:
+            found.setdefault(spec.type, set()).add(spec.type)
+        for other in (*spec.not_while_running, *spec.waits_for):
+            found.setdefault(other, set()).add(spec.type)
+    return {name: frozenset(types) for name, types in found.items()}
+
+
 def _job(unit: Unit, job_id: str) -> Any:
     for job in unit.jobs:
         if job.id == job_id:
@@ -249,4 +295,4 @@ def _job(unit: Unit, job_id: str) -> Any:
     return unit.jobs[0]  # pragma: no cover - items always come from the unit's jobs
 
 
-__all__ = ["COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef"]
+__all__ = ["COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef", "unblocked_by"]

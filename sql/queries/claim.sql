@@ -186,6 +186,26 @@ quota AS MATERIALIZED (
  OFFSET %(scan_limit)s::int LIMIT 1) beyond
 
 
+-- name: fragment_live_scopes
+-- The scopes of the claimed type with a live lease (expects the guard parameters), read once
+-- per claim. While the type has at most "scan_limit" such jobs ("live_all"), the window and
+-- the scope walk test a scope against a hash of this set (NOT IN an uncorrelated subquery)
+-- instead of probing jobs_running_idx once per row or step: a scope whose backlog heads the
+-- claim order while it runs would otherwise be probed once per pending row. A larger running
+-- set (the leases of many workers) falls back to the probes, so the read stays bounded.
+live AS MATERIALIZED (
+    SELECT r.scope_type, r.scope_id
+      FROM {schema}.jobs r
+     WHERE r.type = %(type)s::text AND r.status = 'running'
+       AND r.scope_type IS NOT NULL
+       AND r.lease_expires_at > statement_timestamp()
+     LIMIT %(scan_limit)s::int + 1
+),
+live_all AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM live) <= %(scan_limit)s::int AS ok
+)
+
+
 -- name: fragment_claim_walk
 -- The scope walk of serialize_by_scope and grouped claims (expects CTEs "taken": the scopes
 -- already claimed from the claim-order window, and "walk_need": how many more to find).
@@ -236,14 +256,20 @@ walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
             LIMIT 1
            ) n
      CROSS JOIN LATERAL (
-            SELECT NOT EXISTS (
-                       SELECT 1 FROM {schema}.jobs r
-                        WHERE r.type = %(type)s::text AND r.status = 'running'
-                          AND r.scope_type = n.scope_type AND r.scope_id = n.scope_id
-                          AND r.lease_expires_at > statement_timestamp())
-                   AND NOT EXISTS (
-                       SELECT 1 FROM taken t
-                        WHERE t.scope_type = n.scope_type AND t.scope_id = n.scope_id)
+            SELECT CASE WHEN (SELECT la.ok FROM live_all la)
+                        THEN (n.scope_type, n.scope_id) NOT IN (
+                                 SELECT l.scope_type, l.scope_id FROM live l)
+                        ELSE NOT EXISTS (
+                                 SELECT 1 FROM {schema}.jobs r
+                                  WHERE r.type = %(type)s::text AND r.status = 'running'
+                                    AND r.scope_type = n.scope_type
+                                    AND r.scope_id = n.scope_id
+                                    AND r.lease_expires_at > statement_timestamp()) END
+                   -- NOT IN an uncorrelated subquery: one hash of "taken" for the whole walk
+                   -- (a correlated NOT EXISTS rescans it at every step). No NULLs on either
+                   -- side: "taken" and the walk only hold scoped rows (jobs_scope_pair).
+                   AND (n.scope_type, n.scope_id) NOT IN (
+                       SELECT t.scope_type, t.scope_id FROM taken t)
                    AS free
            ) f
      CROSS JOIN LATERAL (
@@ -352,9 +378,10 @@ pools AS MATERIALIZED (
 -- name: job_claim_guarded
 -- Guarded path for one non-grouped type (serialize_by_scope, not_while_running, waits_for,
 -- resource pools), run right after claim_lock_exclusive in the same transaction.
---  * cand: a window of the first "lookahead" due PENDING rows of the type in claim order,
---    minus keyed rows whose key is running and, with serialize_by_scope, rows whose scope
---    has a live lease, taken from the first "scan_limit" due rows (so that a running scope
+--  * cand: a window of the first "lookahead" due PENDING rows of the type in claim order
+--    (without serialize_by_scope the first "quota": no more could be picked), minus keyed
+--    rows whose key is running and, with serialize_by_scope, rows whose scope has a live
+--    lease, taken from the first "scan_limit" due rows (so that a running scope
 --    with a long backlog at the head costs a bounded read); numbered in claim order (the
 --    index order, so no sort).
 --  * window_pick: up to the quota in claim order; with serialize_by_scope only the first row
@@ -363,6 +390,7 @@ pools AS MATERIALIZED (
 --    due backlog (a backlog bunched by scope), the scope walk finds further free scopes.
 WITH RECURSIVE {fragment_claim_pools},
 {fragment_claim_gate},
+{fragment_live_scopes},
 cand AS MATERIALIZED (
     SELECT c.id, c.scope_type, c.scope_id,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
@@ -379,13 +407,20 @@ cand AS MATERIALIZED (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
                            AND k.status = 'running'))
-               AND (NOT %(serialize_by_scope)s::boolean OR j.scope_type IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM {schema}.jobs r
-                         WHERE r.type = j.type AND r.status = 'running'
-                           AND r.scope_type = j.scope_type AND r.scope_id = j.scope_id
-                           AND r.lease_expires_at > statement_timestamp()))
+               AND (NOT %(serialize_by_scope)s::boolean OR j.scope_type IS NULL OR CASE
+                    WHEN (SELECT la.ok FROM live_all la)
+                    THEN (j.scope_type, j.scope_id) NOT IN (
+                             SELECT l.scope_type, l.scope_id FROM live l)
+                    ELSE NOT EXISTS (
+                             SELECT 1 FROM {schema}.jobs r
+                              WHERE r.type = j.type AND r.status = 'running'
+                                AND r.scope_type = j.scope_type AND r.scope_id = j.scope_id
+                                AND r.lease_expires_at > statement_timestamp()) END)
              ORDER BY j.priority DESC, j.run_at, j.id
-             LIMIT %(lookahead)s::int) c
+             -- without serialize_by_scope the window's first "quota" rows are the pick:
+             -- reading further (e.g. a pool with room for 32 of the 500 asked) is wasted
+             LIMIT CASE WHEN %(serialize_by_scope)s::boolean THEN %(lookahead)s::int
+                        ELSE (SELECT q.n FROM quota q) END) c
 ),
 scope_first AS (
     SELECT min(c.ord) AS ord
@@ -432,6 +467,7 @@ pick AS (
 -- batch, because the group then has a live lease.
 WITH RECURSIVE {fragment_claim_pools},
 {fragment_claim_gate},
+{fragment_live_scopes},
 cand AS MATERIALIZED (
     SELECT c.scope_type, c.scope_id,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
@@ -446,11 +482,15 @@ cand AS MATERIALIZED (
              WHERE true
                -- the group has no live lease; two plain equality tests rather than one
                -- OR-ed one, so the scoped test is a hashed lookup, not a nested loop
-               AND (j0.scope_type IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {schema}.jobs r
-                     WHERE r.type = %(type)s::text AND r.status = 'running'
-                       AND r.scope_type = j0.scope_type AND r.scope_id = j0.scope_id
-                       AND r.lease_expires_at > statement_timestamp()))
+               AND (j0.scope_type IS NULL OR CASE
+                    WHEN (SELECT la.ok FROM live_all la)
+                    THEN (j0.scope_type, j0.scope_id) NOT IN (
+                             SELECT l.scope_type, l.scope_id FROM live l)
+                    ELSE NOT EXISTS (
+                             SELECT 1 FROM {schema}.jobs r
+                              WHERE r.type = %(type)s::text AND r.status = 'running'
+                                AND r.scope_type = j0.scope_type AND r.scope_id = j0.scope_id
+                                AND r.lease_expires_at > statement_timestamp()) END)
                AND (j0.scope_type IS NOT NULL OR NOT EXISTS (
                     SELECT 1 FROM {schema}.jobs r
                      WHERE r.type = %(type)s::text AND r.status = 'running'

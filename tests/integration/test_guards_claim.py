@@ -352,3 +352,26 @@ def test_a_running_scope_with_a_long_backlog_does_not_hide_the_scopes_behind_it(
     blocked = _claim(pg_store, _sbs(10), owner="third")
     assert list(blocked) == []
     assert claim_blocked(blocked) == {"s": ClaimBlock("scope")}
+
+
+def test_scopes_stay_exclusive_whether_or_not_the_live_leases_fit_the_hash(
+    pg_store: PostgresStore,
+) -> None:
+    """The window and the walk test scopes against a hash of the type's live leases while
+    they number at most the scan bound (1,000 for a claim of 1), and probe each scope past
+    it: both ways, a running scope is never claimed again."""
+    _bunch(pg_store, "s", 1001, 2)
+    first = _claim(pg_store, _sbs(1001), owner="other")
+    assert len({j.scope for j in first}) == 1001
+    # 1,001 live leases: past the bound, so each scope is probed.
+    head = str(pg_store.job_enqueue(EnqueueParams(
+        type="s", payload=b"{}", scope=Scope("T", "x"), priority=5)).id)
+    assert [j.id for j in _claim(pg_store, _sbs(1))] == [head]
+    blocked = _claim(pg_store, _sbs(5), owner="third")
+    assert list(blocked) == []
+    assert claim_blocked(blocked) == {"s": ClaimBlock("scope")}
+    # 992 live leases (with "T"): hashed. Only the ten scopes just freed are claimable.
+    _done(pg_store, first[:10], owner="other")
+    got = _claim(pg_store, _sbs(20), owner="third")
+    assert len(got) == 10
+    assert {j.scope for j in got} == {j.scope for j in first[:10]}

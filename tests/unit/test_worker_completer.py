@@ -1,0 +1,113 @@
+"""The completion flusher without a database: which outcomes skip the accumulation delay, and
+that a committed write re-arms the claim of the guarded types it may unblock."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from golemq_pg import InMemoryStore, JobEvent, Queue, Resource, Worker
+from golemq_pg.worker.completer import Completer, unblocked_by
+from golemq_pg.worker.config import build_config
+from golemq_pg.worker.handlers import build_spec
+from golemq_pg.worker.pool import TypePool
+from golemq_pg.worker.runtime import Runtime
+
+
+def _runtime(resources: dict[str, Resource] | None, *specs: Any) -> Runtime:
+    config = build_config(
+        poll_interval=0.5, notify=True, batch_size=None, lease_duration=None,
+        lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
+        abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id="w",
+        resources=resources, retention=None, observers=(), retry_strategy=None,
+    )
+    runtime = Runtime(config, InMemoryStore())
+    for spec in specs:
+        runtime.pools[spec.type] = TypePool(runtime, spec, batch_size=None)
+    return runtime
+
+
+def _noop(job: Any) -> None:
+    del job
+
+
+def test_what_each_settled_type_may_unblock() -> None:
+    runtime = _runtime(
+        {
+            "conc": Resource(concurrency=4, types=["pooled", "remote"]),
+            "rate": Resource(rate_per_minute=10, types=["rated"]),
+        },
+        build_spec("pooled", _noop),
+        build_spec("rated", _noop),
+        build_spec("serial", _noop, serialize_by_scope=True),
+        build_spec("digest", _noop, grouped=True),
+        build_spec("report", _noop, not_while_running=["etl"], waits_for=["extract"]),
+        build_spec("plain", _noop),
+    )
+    assert unblocked_by(runtime) == {
+        # a pool member frees room for every member this worker handles
+        "pooled": frozenset({"pooled"}),
+        "remote": frozenset({"pooled"}),
+        "serial": frozenset({"serial"}),
+        "digest": frozenset({"digest"}),
+        "etl": frozenset({"report"}),
+        "extract": frozenset({"report"}),
+    }
+    # A rate budget refills with its window, not on completion; unguarded types unblock
+    # nothing: both keep the accumulation delay.
+    assert "rated" not in unblocked_by(runtime)
+    assert "plain" not in unblocked_by(runtime)
+
+
+def test_nothing_unblocks_without_guards() -> None:
+    runtime = _runtime(None, build_spec("plain", _noop))
+    assert unblocked_by(runtime) == {}
+    assert Completer(runtime).unblocks == {}
+
+
+def test_a_pool_type_drains_without_waiting_for_polls() -> None:
+    # Room for two jobs at a time and a poll every minute: each batch of two is claimed when
+    # the previous one's completions commit (the flush hints the pool's types), not by a poll.
+    store = InMemoryStore()
+    Queue(store).add_many("pooled", [{"n": n} for n in range(10)])
+    worker = Worker(store, poll_interval=60, notify=False,
+                    resources={"api": Resource(concurrency=2, types=["pooled"])})
+    done = threading.Event()
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    @worker.handler("pooled", concurrency=4)
+    def pooled(job: JobEvent[Any]) -> None:
+        with lock:
+            seen.append(job.payload["n"])
+            if len(seen) == 10:
+                done.set()
+
+    worker.start()
+    try:
+        assert done.wait(30)
+    finally:
+        worker.stop()
+    assert sorted(seen) == list(range(10))
+
+
+def test_a_scoped_type_drains_without_waiting_for_polls() -> None:
+    # One scope: every claim after the first is cut short by the scope's own lease.
+    store = InMemoryStore()
+    Queue(store).add_many("serial", [{"n": n} for n in range(6)], scope=("Doc", "1"))
+    worker = Worker(store, poll_interval=60, notify=False)
+    done = threading.Event()
+    seen: list[int] = []
+
+    @worker.handler("serial", concurrency=4, serialize_by_scope=True)
+    def serial(job: JobEvent[Any]) -> None:
+        seen.append(job.payload["n"])
+        if len(seen) == 6:
+            done.set()
+
+    worker.start()
+    try:
+        assert done.wait(30)
+    finally:
+        worker.stop()
+    assert seen == list(range(6))
