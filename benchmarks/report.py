@@ -150,7 +150,8 @@ def targets(outcomes: list[Outcome]) -> list[Target]:
         check("single add within 1.2x of a bare INSERT+COMMIT", statistics.median(per_run),
               lambda v: v <= 1.2, "x the time")
     for key, label in (("scope", "serialize_by_scope (1,000 scopes)"),
-                       ("resource", "resource pool")):
+                       ("resource-open", "resource pool, cap above the worker's leases"),
+                       ("resource", "resource pool, cap = handler concurrency (binding)")):
         guarded = _find(outcomes, "guarded", "golemq-pg", key)
         if guarded:
             check(f"{label} >= 0.5x unguarded", ratios(outcomes, guarded).get("golemq-pg"),

@@ -21,6 +21,8 @@ from benchmarks.systems.base import (
 
 #: Handler slots (threads) for the no-op handler in the throughput scenarios.
 CONCURRENCY = 32
+#: A resource pool's cap above anything one worker leases at once (concurrency + prefetch).
+POOL_OPEN_CAP = 5_000
 #: Scopes the serialize_by_scope scenario spreads its jobs over.
 SCOPES = 1000
 BULK_CHUNK = 50_000
@@ -97,8 +99,16 @@ class GolemqSystem(System):
             return [Variant(self.name, "unguarded", "golemq-pg unguarded", base, reference=True),
                     Variant(self.name, "scope", f"golemq-pg serialize_by_scope ({SCOPES} scopes)",
                             {**base, "serialize_by_scope": True, "scopes": SCOPES}),
-                    Variant(self.name, "resource", "golemq-pg resource pool",
-                            {**base, "resource": True})]
+                    # A pool whose cap equals the handler concurrency binds: pooled jobs are
+                    # leased ones, so nothing can be prefetched and each job waits for a claim
+                    # and for the commit of the completion before it. A cap above what the
+                    # worker holds (concurrency + prefetch) measures what the guard costs.
+                    Variant(self.name, "resource",
+                            f"golemq-pg resource pool (cap {CONCURRENCY}, binding)",
+                            {**base, "resource": CONCURRENCY}),
+                    Variant(self.name, "resource-open",
+                            f"golemq-pg resource pool (cap {POOL_OPEN_CAP}, not binding)",
+                            {**base, "resource": POOL_OPEN_CAP})]
         return [default]
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -111,7 +121,7 @@ class GolemqSystem(System):
         opts = variant.options
         resources = None
         if opts.get("resource"):
-            resources = {"bench_pool": resource_cls(concurrency=opts["concurrency"],
+            resources = {"bench_pool": resource_cls(concurrency=opts["resource"],
                                                     types=[JOB_TYPE])}
         worker = worker_cls(store, notify=opts["notify"], poll_interval=opts["poll"],
                             batch_size=opts["batch_size"], resources=resources)
