@@ -6,11 +6,9 @@ through two worker processes while the messages are being added."""
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -19,6 +17,7 @@ from typing import Any, TypedDict
 import psycopg
 import pytest
 from psycopg import sql
+from test_worker_helpers import spawn_script
 
 from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Worker
 from golemq_pg.testing import memory_store
@@ -82,15 +81,8 @@ print("exited", flush=True)
 
 
 def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", GROUPED_WORKER, dsn, schema, worker_id],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "MAX_BATCH": str(MAX_BATCH), "CONCURRENCY": str(CONCURRENCY)},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "ready", line
-    return proc
+    return spawn_script(GROUPED_WORKER, dsn, schema, worker_id,
+                        env={"MAX_BATCH": str(MAX_BATCH), "CONCURRENCY": str(CONCURRENCY)})
 
 
 def _count_succeeded(dsn: str, schema: str) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from psycopg import sql
+from test_worker_helpers import spawn_script
 
 from golemq_pg import (
     InMemoryStore,
@@ -62,14 +62,7 @@ print("exited", flush=True)
 
 
 def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCHEDULE_WORKER, dsn, schema, worker_id],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "ready", line + (proc.stdout.read() if proc.poll() is not None else "")
-    return proc
+    return spawn_script(SCHEDULE_WORKER, dsn, schema, worker_id)
 
 
 def _query(dsn: str, schema: str, text: str) -> list[tuple[Any, ...]]:

@@ -163,13 +163,20 @@ def spawn_worker(
     env: dict[str, str] | None = None,
 ) -> subprocess.Popen[str]:
     """Start ``WORKER_SCRIPT`` in a subprocess (waits until it printed "ready")."""
+    return spawn_script(WORKER_SCRIPT, dsn, schema, worker_id, str(sleep), str(lease_grace),
+                        str(poll), str(concurrency), mode, env=env)
+
+
+def spawn_script(script: str, *args: str, env: dict[str, str] | None = None
+                 ) -> subprocess.Popen[str]:
+    """Run ``python -c script *args`` (stderr merged into stdout) and wait until its first
+    line says "ready"; otherwise fail with what it printed."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", WORKER_SCRIPT, dsn, schema, worker_id, str(sleep),
-         str(lease_grace), str(poll), str(concurrency), mode],
+        [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.strip() == "ready", line
+    assert line.strip() == "ready", line + (proc.stdout.read() if proc.poll() is not None else "")
     return proc
