@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,6 @@ MAX_DEPTH = 200
 #: Durations beyond this (about 100 years) are rejected as a mistake, and keep intervals in range.
 MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_SCALARS = (str, int, float, type(None))
 
 
 def check_schema(schema: object) -> str:
@@ -100,9 +99,10 @@ def check_aware(value: object, what: str) -> datetime:
 
 def encode_payload(job_type: str, payload: object) -> bytes:
     """Validate ``payload`` as a JSON-safe mapping and return its JSON encoding."""
-    if not isinstance(payload, Mapping):
+    # The exact-dict test first spares the common case the slower ABC isinstance check.
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise QueuePayloadError(job_type, "payload must be a mapping")
-    _check_value(job_type, payload, 0, set())
+    _check_mapping(job_type, payload, 0, {id(payload)})
     try:
         encoded = orjson.dumps(payload if isinstance(payload, dict) else dict(payload))
     except (TypeError, orjson.JSONEncodeError):  # defensive: the walk accepts only JSON
@@ -113,15 +113,58 @@ def encode_payload(job_type: str, payload: object) -> bytes:
     return encoded
 
 
-def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None:
-    if isinstance(value, _SCALARS) and type(value) in (str, int, float, bool, type(None)):
-        if type(value) is str and "\x00" in value:
-            # jsonb cannot store U+0000, and the database's error would quote the payload.
+def encode_payloads(job_type: str, payloads: Iterable[object]) -> list[bytes]:
+    """:func:`encode_payload` for many payloads; the first bad one raises.
+
+    Each encoding is copied into a right-sized ``bytes`` and orjson's own result dropped at
+    once: orjson returns a buffer it allocated larger and then shrank, and keeping 100k of
+    those alive made the C allocator the slowest step of ``add_many`` (about 1.6 us a payload
+    in glibc's malloc, against under 0.1 us for the copy).
+    """
+    return [bytes(memoryview(encode_payload(job_type, payload))) for payload in payloads]
+
+
+def _check_mapping(job_type: str, mapping: Mapping[Any, Any], depth: int, stack: set[int]) -> None:
+    """Check one mapping already on ``stack``. Scalars are checked inline (the common flat
+    payload then costs no call per value); anything else goes through :func:`_check_value`,
+    in the same order and with the same errors."""
+    for key, item in mapping.items():
+        if type(key) is not str:
+            raise QueuePayloadError(job_type, "mapping key that is not a string")
+        if "\x00" in key:
             raise QueuePayloadError(job_type, "NUL character in a string")
-        if type(value) is float and not math.isfinite(value):
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item:
+                # jsonb cannot store U+0000, and the database's error would quote the payload.
+                raise QueuePayloadError(job_type, "NUL character in a string")
+        elif kind is int:
+            if not -(2**63) <= item < 2**64:
+                raise QueuePayloadError(job_type, "integer out of the 64-bit range")
+        elif kind is float:
+            if not math.isfinite(item):
+                raise QueuePayloadError(job_type, "non-finite float (NaN or infinity)")
+        elif kind is bool or item is None:
+            pass
+        else:
+            _check_value(job_type, item, depth + 1, stack)
+
+
+def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None:
+    kind = type(value)
+    if kind is str:
+        if "\x00" in value:
+            raise QueuePayloadError(job_type, "NUL character in a string")
+        return
+    if kind is float:
+        if not math.isfinite(value):
             raise QueuePayloadError(job_type, "non-finite float (NaN or infinity)")
-        if type(value) is int and not -(2**63) <= value < 2**64:
+        return
+    if kind is int:
+        if not -(2**63) <= value < 2**64:
             raise QueuePayloadError(job_type, "integer out of the 64-bit range")
+        return
+    if kind is bool or value is None:
         return
     if depth > MAX_DEPTH:
         raise QueuePayloadError(job_type, "nested too deeply")
@@ -129,15 +172,10 @@ def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None
         if id(value) in stack:
             raise QueuePayloadError(job_type, "circular reference")
         stack.add(id(value))
-        for key, item in value.items():
-            if type(key) is not str:
-                raise QueuePayloadError(job_type, "mapping key that is not a string")
-            if "\x00" in key:
-                raise QueuePayloadError(job_type, "NUL character in a string")
-            _check_value(job_type, item, depth + 1, stack)
+        _check_mapping(job_type, value, depth, stack)
         stack.discard(id(value))
         return
-    if type(value) in (list, tuple):
+    if kind is list or kind is tuple:
         if id(value) in stack:
             raise QueuePayloadError(job_type, "circular reference")
         stack.add(id(value))

@@ -33,6 +33,7 @@ from golemq_pg._validation import (
     check_positive_int,
     check_scope,
     encode_payload,
+    encode_payloads,
     to_seconds,
 )
 from golemq_pg.store.port import (
@@ -222,7 +223,7 @@ class Queue:
         run_at_v, delay_s = _when(run_at, delay)
         attempts = self._max_attempts(max_attempts)
         prio = check_int(priority, "priority")
-        encoded = [encode_payload(name, p) for p in payloads]
+        encoded = encode_payloads(name, payloads)
         if not encoded:
             return 0
         return self.store.job_enqueue_many(

@@ -340,7 +340,10 @@ class PostgresStore:
             return 0
         store = self if connection is None else self.with_connection(connection)
         scope = params.scope
-        with store._transaction() as conn:
+        # No explicit transaction: the COPY is one statement, atomic on its own (on an
+        # autocommit connection its own transaction), and the due-time read needs none, so
+        # BEGIN and COMMIT would only add two round trips.
+        with store._connection() as conn:
             run_at: datetime | None = params.run_at
             if run_at is None and params.delay > 0:
                 run_at = conn.execute(

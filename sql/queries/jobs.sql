@@ -66,7 +66,9 @@ SELECT now() + make_interval(secs => %(delay)s::float8)
 
 -- name: job_copy_in
 -- Bulk enqueue: COPY in text format, one row per payload; ids and timestamps from server
--- defaults. COPY fires the statement-level trigger once, so one NOTIFY per add_many.
+-- defaults. COPY fires the statement-level trigger once, so one NOTIFY per add_many. It is
+-- sent on its own, without BEGIN/COMMIT: one statement is atomic by itself, and their two
+-- round trips were an eighth of a 100-job add_many (912 -> 790 us).
 COPY {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority)
 FROM STDIN
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import pq, sql
 
 from golemq_pg import (
     JobStatus,
@@ -19,7 +21,13 @@ from golemq_pg import (
     Scope,
     Transition,
 )
-from golemq_pg.store.port import ClaimRequest, FailItem, LeaseRef, TypeSlots
+from golemq_pg.store.port import (
+    ClaimRequest,
+    EnqueueManyParams,
+    FailItem,
+    LeaseRef,
+    TypeSlots,
+)
 
 CANARY = "canary-secret-q81"
 
@@ -328,6 +336,56 @@ def test_add_many_100k(pg_store: PostgresStore) -> None:
     queue = Queue(pg_store)
     assert queue.add_many("bulk", ({"i": i} for i in range(100_000))) == 100_000
     assert queue.stats()["pending"] == 100_000
+
+
+def _sql_sent(message: str) -> str:
+    """The statement of a traced Query message, without its SQL comment lines."""
+    text = message.split('"', 1)[1]
+    return "\n".join(line for line in text.splitlines() if not line.startswith("--")).strip()
+
+
+def test_add_many_is_one_copy_without_begin_or_commit(pg_dsn: str, schema: str) -> None:
+    # One pooled connection, traced by libpq: what one add_many sends to the server.
+    if pq.version() < 140000:
+        pytest.skip("libpq tracing needs libpq 14")
+    with PostgresStore.connect(pg_dsn, schema=schema, min_size=1, max_size=1) as store:
+        store.migrate()
+        queue = Queue(store)
+        with tempfile.TemporaryFile("w+") as trace:
+            with store.pool.connection() as conn:
+                conn.pgconn.trace(trace.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+            try:
+                assert queue.add_many("t", [{"i": i} for i in range(3)]) == 3
+                assert queue.add_many("t", [{"i": 1}], delay=60) == 1
+            finally:
+                with store.pool.connection() as conn:
+                    conn.pgconn.untrace()
+            stats = queue.stats()
+            assert stats["pending"] == 3
+            assert stats["scheduled"] == 1
+            trace.seek(0)
+            # A message starts a line with F (frontend) or B, its length and its name; SQL
+            # text with newlines continues on the following lines.
+            messages = re.split(r"\n(?=[FB]\t\d+\t)", trace.read())
+        queries = [_sql_sent(m) for m in messages if m.startswith("F") and "\tQuery\t" in m]
+        parses = [m for m in messages if m.startswith("F") and "\tParse\t" in m]
+    # The COPYs are the only simple queries (no BEGIN, no COMMIT); the delayed one also
+    # reads the due time.
+    assert len(queries) == 2
+    assert all(q.startswith("COPY") for q in queries)
+    assert len(parses) == 1
+    assert "now()" in parses[0]
+
+
+def test_bulk_copy_is_all_or_nothing_on_its_own(pg_store: PostgresStore) -> None:
+    # No explicit transaction around the COPY: a row the server refuses (bytes that bypass
+    # the Queue's validation here) must still leave no row behind, and the pool usable.
+    with pytest.raises(psycopg.DataError):
+        pg_store.job_enqueue_many(EnqueueManyParams(type="t", payloads=[b"{}", b"{}", b"{"]))
+    assert _count_rows(pg_store) == 0
+    assert Queue(pg_store).add_many("t", [{}, {}]) == 2
+    assert _count_rows(pg_store) == 2
 
 
 def test_two_schemas_are_two_queues(pg_dsn: str, schema: str) -> None:

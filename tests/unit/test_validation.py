@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from enum import IntEnum
+from types import MappingProxyType
 
 import orjson
 import pytest
@@ -19,6 +22,7 @@ from golemq_pg._validation import (
     check_schema,
     check_scope,
     encode_payload,
+    encode_payloads,
     to_seconds,
 )
 
@@ -100,6 +104,82 @@ def test_repeated_but_not_circular_values_are_fine() -> None:
         "b": {"x": 1},
         "c": [{"x": 1}, {"x": 1}],
     }
+
+
+class _Text(str):
+    pass
+
+
+class _Level(IntEnum):
+    LOW = 1
+
+
+class _Ratio(float):
+    pass
+
+
+@given(st.lists(st.dictionaries(st.text(alphabet=json_chars, max_size=10), json_values,
+                                max_size=5), max_size=20))
+def test_encode_payloads_is_encode_payload_for_each(payloads: list[dict[str, object]]) -> None:
+    encoded = encode_payloads("t", payloads)
+    assert encoded == [encode_payload("t", p) for p in payloads]
+    assert all(type(e) is bytes for e in encoded)
+
+
+def test_encode_payloads_takes_a_one_shot_iterator_and_stops_at_the_first_bad_one() -> None:
+    seen: list[int] = []
+
+    def payloads() -> Iterator[object]:
+        for i in range(5):
+            seen.append(i)
+            yield {"secret": CANARY, "v": {1} if i == 2 else i}
+
+    with pytest.raises(QueuePayloadError, match="sets") as info:
+        encode_payloads("bulk.job", payloads())
+    assert "bulk.job" in str(info.value)
+    assert CANARY not in str(info.value)
+    assert seen == [0, 1, 2]
+    assert encode_payloads("t", iter([{"a": 1}, MappingProxyType({"b": [True, None]})])) == [
+        b'{"a":1}', b'{"b":[true,null]}'
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad", [_Text("x"), _Level.LOW, _Ratio(0.5)], ids=["str-subclass", "IntEnum", "float-subclass"]
+)
+def test_only_exact_json_scalar_types_pass(bad: object) -> None:
+    # Subclasses of str/int/float are refused wherever they sit (orjson would encode them,
+    # maybe not as their owner expects): the inline scalar checks keep that exact.
+    for payload in ({"v": bad}, {"l": [1, bad]}, {"d": {"e": bad}}, {"t": (bad,)}):
+        with pytest.raises(QueuePayloadError, match="not JSON-safe"):
+            encode_payload("t", payload)
+        with pytest.raises(QueuePayloadError, match="not JSON-safe"):
+            encode_payloads("t", [{}, payload])
+
+
+def test_exact_scalars_pass_at_every_level() -> None:
+    scalars = ["s", 0, -(2**63), 2**64 - 1, 1.5, True, False, None]
+    payload = {"flat": 1, **{str(i): v for i, v in enumerate(scalars)},
+               "list": scalars, "nested": {"again": scalars}}
+    assert orjson.loads(encode_payload("t", payload)) == payload
+    for bad, category in ((2**64, "64-bit"), (-(2**63) - 1, "64-bit"), (math.nan, "non-finite"),
+                          ("a\x00b", "NUL")):
+        for where in ({"v": bad}, {"l": [bad]}, {"n": {"v": bad}}):
+            with pytest.raises(QueuePayloadError, match=category):
+                encode_payload("t", where)
+    with pytest.raises(QueuePayloadError, match="NUL"):
+        encode_payload("t", {"k\x00": 1})
+
+
+def test_deep_list_nesting_is_rejected_cleanly() -> None:
+    items: list[object] = []
+    node = items
+    for _ in range(500):
+        child: list[object] = []
+        node.append(child)
+        node = child
+    with pytest.raises(QueuePayloadError, match="deeply"):
+        encode_payloads("t", [{"l": items}])
 
 
 def test_payload_size_limit() -> None:
