@@ -6,22 +6,17 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from worker_runtime import bare_runtime
+
 from golemq_pg import InMemoryStore, JobEvent, Queue, Resource, Worker
 from golemq_pg.worker.completer import Completer, unblocked_by
-from golemq_pg.worker.config import build_config
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.runtime import Runtime
 
 
 def _runtime(resources: dict[str, Resource] | None, *specs: Any) -> Runtime:
-    config = build_config(
-        poll_interval=0.5, notify=True, batch_size=None, lease_duration=None,
-        lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
-        abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id="w",
-        resources=resources, retention=None, observers=(), retry_strategy=None,
-    )
-    runtime = Runtime(config, InMemoryStore())
+    runtime = bare_runtime(resources=resources)
     for spec in specs:
         runtime.pools[spec.type] = TypePool(runtime, spec, batch_size=None)
     return runtime
@@ -83,11 +78,7 @@ def test_a_pool_type_drains_without_waiting_for_polls() -> None:
             if len(seen) == 10:
                 done.set()
 
-    worker.start()
-    try:
-        assert done.wait(30)
-    finally:
-        worker.stop()
+    _run_until(worker, done)
     assert sorted(seen) == list(range(10))
 
 
@@ -105,9 +96,14 @@ def test_a_scoped_type_drains_without_waiting_for_polls() -> None:
         if len(seen) == 6:
             done.set()
 
+    _run_until(worker, done)
+    assert seen == list(range(6))
+
+
+def _run_until(worker: Worker, done: threading.Event) -> None:
+    """Run ``worker`` until ``done`` is set (failing after 30 s)."""
     worker.start()
     try:
         assert done.wait(30)
     finally:
         worker.stop()
-    assert seen == list(range(6))

@@ -9,15 +9,14 @@ from collections import Counter
 from typing import Any
 
 import structlog
+from worker_runtime import bare_runtime
 
 from golemq_pg import InMemoryStore, JobEvent, JobStatus, Queue, Worker
 from golemq_pg.store.port import ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
 from golemq_pg.testing import memory_store
 from golemq_pg.worker.blocked import BlockedReporter
-from golemq_pg.worker.config import build_config
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import MAX_ADAPTIVE_PREFETCH, TypePool
-from golemq_pg.worker.runtime import Runtime
 
 
 class RecordingStore(InMemoryStore):
@@ -89,13 +88,7 @@ def test_lease_duration_applies_to_every_type() -> None:
 
 
 def _pool(concurrency: int, batch_size: int | None) -> TypePool:
-    config = build_config(
-        poll_interval=0.5, notify=True, batch_size=batch_size, lease_duration=None,
-        lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
-        abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id="w",
-        resources=None, retention=None, observers=(), retry_strategy=None,
-    )
-    runtime = Runtime(config, InMemoryStore())
+    runtime = bare_runtime(batch_size=batch_size)
     return TypePool(runtime, build_spec("t", lambda job: None, concurrency=concurrency),
                     batch_size=batch_size)
 
