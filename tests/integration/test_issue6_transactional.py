@@ -65,6 +65,13 @@ worker.run()
 """
 
 
+@pytest.fixture
+def effects_schema(pg_store: PostgresStore, pg_dsn: str) -> str:
+    """The test's schema, with the effects ledger the handlers write to."""
+    effects_table(pg_dsn, pg_store.schema)
+    return pg_store.schema
+
+
 def _add(queue: Queue, job_type: str, payload: dict[str, Any], **options: Any) -> str:
     job_id = queue.add(job_type, payload, **options)
     assert job_id is not None
@@ -101,10 +108,9 @@ def _next(lines: queue_mod.Queue[str], prefix: str, timeout: float = 20.0) -> st
 
 
 def test_sigkill_mid_handler_leaves_no_effect_and_each_job_has_one(
-    pg_store: PostgresStore, pg_dsn: str
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
 ) -> None:
-    schema = pg_store.schema
-    effects_table(pg_dsn, schema)
+    schema = effects_schema
     queue = Queue(pg_store)
     ids = [_add(queue, "charge", {"n": n}) for n in range(20)]
     proc = subprocess.Popen(
@@ -162,10 +168,9 @@ def test_sigkill_mid_handler_leaves_no_effect_and_each_job_has_one(
 
 
 def test_a_raising_handler_leaves_no_effect_and_is_retried(
-    pg_store: PostgresStore, pg_dsn: str
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
 ) -> None:
-    schema = pg_store.schema
-    effects_table(pg_dsn, schema)
+    schema = effects_schema
     rec = Recorder()
     queue = Queue(pg_store)
     worker = Worker(pg_store, poll_interval=0.05, base_backoff=0, max_backoff=0,
@@ -194,10 +199,9 @@ def test_a_raising_handler_leaves_no_effect_and_is_retried(
 
 
 def test_timeouts_are_enforced_on_long_statements_and_in_python(
-    pg_store: PostgresStore, pg_dsn: str
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
 ) -> None:
-    schema = pg_store.schema
-    effects_table(pg_dsn, schema)
+    schema = effects_schema
     rec = Recorder()
     queue = Queue(pg_store)
     worker = Worker(pg_store, poll_interval=0.05, base_backoff=0, max_backoff=0,
@@ -247,10 +251,9 @@ def test_timeouts_are_enforced_on_long_statements_and_in_python(
 
 @pytest.mark.parametrize("blocked_in", ["statement", "signal"])
 def test_cancel_from_another_process_aborts_a_transactional_handler(
-    pg_store: PostgresStore, pg_dsn: str, blocked_in: str
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str, blocked_in: str
 ) -> None:
-    schema = pg_store.schema
-    effects_table(pg_dsn, schema)
+    schema = effects_schema
     rec = Recorder()
     queue = Queue(pg_store)
     worker = Worker(pg_store, poll_interval=30, observers=[rec])  # only the NOTIFY is fast
@@ -295,10 +298,9 @@ def test_cancel_from_another_process_aborts_a_transactional_handler(
 
 
 def test_pending_only_cancel_skips_a_running_transactional_job(
-    pg_store: PostgresStore, pg_dsn: str
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
 ) -> None:
-    schema = pg_store.schema
-    effects_table(pg_dsn, schema)
+    schema = effects_schema
     queue = Queue(pg_store)
     worker = Worker(pg_store, poll_interval=0.05)
     started = threading.Event()
@@ -328,10 +330,9 @@ def test_pending_only_cancel_skips_a_running_transactional_job(
 
 
 def test_same_process_cancel_without_notify_interrupts_a_transactional_handler(
-    pg_store: PostgresStore, pg_dsn: str
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
 ) -> None:
-    schema = pg_store.schema
-    effects_table(pg_dsn, schema)
+    schema = effects_schema
     rec = Recorder()
     queue = Queue(pg_store)
     worker = Worker(pg_store, poll_interval=0.05, notify=False, observers=[rec])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -17,7 +16,7 @@ from typing import Any, TypedDict
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import spawn_script
+from test_worker_helpers import kill_leftovers, spawn_script, stop_gracefully
 
 from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Worker
 from golemq_pg.testing import memory_store
@@ -134,16 +133,9 @@ def test_ten_groups_of_fifty_through_two_worker_processes(
         while _count_succeeded(pg_dsn, schema) < GROUPS * PER_GROUP:
             assert time.monotonic() < deadline, "the groups never drained"
             time.sleep(0.1)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            out, _ = proc.communicate(timeout=30)
-            assert proc.returncode == 0, out
+        stop_gracefully(procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_leftovers(procs)
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         ledger = conn.execute(sql.SQL(

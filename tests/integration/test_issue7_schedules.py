@@ -4,7 +4,6 @@ changes on a fake clock, downtime, redeclaration, repeat_from, start_at and vali
 from __future__ import annotations
 
 import itertools
-import signal
 import subprocess
 import threading
 import time
@@ -16,7 +15,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import spawn_script
+from test_worker_helpers import kill_leftovers, spawn_script, stop_gracefully
 
 from golemq_pg import (
     InMemoryStore,
@@ -95,16 +94,9 @@ def test_three_worker_processes_make_one_job_per_one_second_tick(
                 break
             assert time.monotonic() < deadline, f"{live} tick jobs never finished"
             time.sleep(0.05)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            out, _ = proc.communicate(timeout=30)
-            assert proc.returncode == 0, out
+        stop_gracefully(procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        kill_leftovers(procs)
     jobs = _query(pg_dsn, schema, "SELECT id::text, status, run_at, created_at, schedule_key "
                                   "FROM {schema}.jobs ORDER BY run_at, id")
     assert {row[4] for row in jobs} == {"tick"}

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -180,3 +181,20 @@ def spawn_script(script: str, *args: str, env: dict[str, str] | None = None
     line = proc.stdout.readline()
     assert line.strip() == "ready", line + (proc.stdout.read() if proc.poll() is not None else "")
     return proc
+
+
+def stop_gracefully(procs: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM every process, then wait: each must exit 0 (its output is the message)."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, out
+
+
+def kill_leftovers(procs: list[subprocess.Popen[str]]) -> None:
+    """Kill whatever a failed test left running."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

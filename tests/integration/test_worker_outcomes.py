@@ -14,6 +14,7 @@ from golemq_pg import (
     BatchEvent,
     JobEvent,
     JobStatus,
+    JobSummary,
     JobType,
     Queue,
     RetryableJobError,
@@ -31,6 +32,17 @@ def fast_worker(store: Any, **options: Any) -> Worker:
     defaults: dict[str, Any] = {"poll_interval": 0.05, "base_backoff": 0, "max_backoff": 0}
     defaults.update(options)
     return Worker(store, **defaults)
+
+
+def drain_one(queue: Queue, worker: Worker, job_type: str, payload: dict[str, Any],
+              **options: Any) -> JobSummary:
+    """Add one job, run ``worker`` until the queue is empty, and return the job's row."""
+    job_id = queue.add(job_type, payload, **options)
+    assert job_id
+    worker.run_until_empty(timeout=20)
+    summary = queue.get(job_id)
+    assert summary is not None
+    return summary
 
 
 def test_return_none_and_true_succeed_and_fields_are_delivered(store: Any) -> None:
@@ -85,16 +97,12 @@ def test_false_is_retried_then_dead_lettered(store: Any) -> None:
         calls.append(job.attempt)
         return False
 
-    job_id = queue.add("flaky", {}, max_attempts=3)
-    assert job_id
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
+    summary = drain_one(queue, worker, "flaky", {}, max_attempts=3)
     assert summary.status is JobStatus.FAILED
     assert summary.attempts == 3
     assert calls == [1, 2, 3]
     assert summary.last_error == "HandlerReturnedFalse: handler returned False"
-    assert rec.outcomes(job_id) == ["started", "retry-scheduled"] * 2 + [
+    assert rec.outcomes(summary.id) == ["started", "retry-scheduled"] * 2 + [
         "started", "failed-terminal"]
 
 
@@ -132,11 +140,7 @@ def test_terminal_error_fails_at_once(store: Any) -> None:
     def doomed(job: JobEvent[Any]) -> None:
         raise TerminalJobError("article deleted")
 
-    job_id = queue.add("doomed", {}, max_attempts=5)
-    assert job_id
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
+    summary = drain_one(queue, worker, "doomed", {}, max_attempts=5)
     assert summary.status is JobStatus.FAILED
     assert summary.attempts == 1
     assert summary.last_error == "TerminalJobError: article deleted"
@@ -154,11 +158,7 @@ def test_retryable_error_without_consuming_attempts(store: Any) -> None:
         if len(calls) < 4:
             raise RetryableJobError("rate limited", retry_after=0, consumes_attempt=False)
 
-    job_id = queue.add("limited", {}, max_attempts=1)
-    assert job_id
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
+    summary = drain_one(queue, worker, "limited", {}, max_attempts=1)
     assert summary.status is JobStatus.SUCCEEDED
     assert calls == [1, 1, 1, 1]  # never burned its single attempt
     assert summary.attempts == 1
@@ -246,16 +246,12 @@ def test_custom_retry_strategy(store: Any) -> None:
     def custom(job: JobEvent[Any]) -> None:
         raise LookupError("missing")
 
-    job_id = queue.add("custom", {}, max_attempts=10)
-    assert job_id
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
+    summary = drain_one(queue, worker, "custom", {}, max_attempts=10)
     assert summary.status is JobStatus.FAILED
     assert summary.attempts == 2
     assert [c.attempt for c in contexts] == [1, 2]
     assert isinstance(contexts[0].error, LookupError)
-    assert contexts[0].job_id == job_id
+    assert contexts[0].job_id == summary.id
     assert contexts[0].max_attempts == 10
 
 
@@ -341,11 +337,7 @@ def test_progress_is_persisted_and_the_last_value_wins(store: Any) -> None:
             job.progress(step / 50)
         job.progress({"done": 50, "of": 50})
 
-    job_id = queue.add("long", {})
-    assert job_id
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
+    summary = drain_one(queue, worker, "long", {})
     assert summary.status is JobStatus.SUCCEEDED
     assert summary.progress == {"done": 50, "of": 50}
 
