@@ -43,13 +43,21 @@ _SCAN_FACTOR = 8
 _SCAN_MIN = 1000
 _WALK_FACTOR = 4
 _WALK_MIN = 64
+# A window that read at least _WINDOW_MIN rows but found fewer distinct free scopes than
+# this share of them (a backlog bunched by scope: many jobs of one scope in a row) cost
+# more per scope than the walk, which pays one index descent per scope. The next claim of
+# the type then reads only a _WINDOW_MIN window (claim order for the first few scopes) and
+# leaves the rest to the walk; a narrow window that finds its rows spread over many scopes
+# widens the next one again.
+_WINDOW_YIELD = 0.25
 #: serialize_by_scope: a scope reached by the walk runs its highest-priority due job, oldest
 #: first, among its first this-many due jobs in arrival order (when the type's pending jobs
 #: have different priorities; otherwise simply its oldest due job).
 SCOPE_DEPTH = 64
 #: Columns before the claimed job's in a guarded claim's rows: the gate's verdict
-#: (has_due, nwr_block, wf_block, conc_block, rate_block) and where the walk ended.
-_GATE_COLUMNS = 7
+#: (has_due, nwr_block, wf_block, conc_block, rate_block), where the walk ended, and the
+#: window's rows and distinct scopes.
+_GATE_COLUMNS = 9
 
 
 def lock_prefixes(schema: str) -> tuple[str, str]:
@@ -82,7 +90,7 @@ def most_admitted(job_type: str, pools: Sequence[tuple[str, Resource]]) -> int |
 class Claimer:
     """Runs claims for one schema on connections the store hands it."""
 
-    __slots__ = ("_cursors", "_pool_prefix", "_q", "_rate_window", "_type_prefix")
+    __slots__ = ("_cursors", "_narrow", "_pool_prefix", "_q", "_rate_window", "_type_prefix")
 
     def __init__(self, queries: Queries, schema: str, rate_window: float) -> None:
         self._q = queries
@@ -91,6 +99,9 @@ class Claimer:
         # Per type: the scope where the last scope walk ended (the next one starts after it).
         # Only fairness depends on it; a lost update between threads is harmless.
         self._cursors: dict[str, tuple[str | None, str | None]] = {}
+        # Per scoped type: whether its last window paid poorly (see _WINDOW_YIELD). Like the
+        # cursor, only cost depends on it.
+        self._narrow: dict[str, bool] = {}
 
     # -- planning ----------------------------------------------------------------------------
     @staticmethod
@@ -144,7 +155,10 @@ class Claimer:
         if most is not None:
             limit = max(min(limit, most), 1)
         scoped = slot.serialize_by_scope or slot.grouped
-        lookahead = max(limit * _WINDOW_FACTOR, _WINDOW_MIN) if scoped else limit
+        lookahead = limit
+        if scoped:
+            wide = max(limit * _WINDOW_FACTOR, _WINDOW_MIN)
+            lookahead = _WINDOW_MIN if self._narrow.get(slot.type) else wide
         cursor_type, cursor_id = self._cursors.get(slot.type, (None, None))
         claim = {
             "owner": owner,
@@ -225,6 +239,11 @@ class Claimer:
         head = rows[0]
         if head[5] is not None:
             self._cursors[slot.type] = (head[5], head[6])
+        if slot.serialize_by_scope or slot.grouped:
+            window_rows, window_scopes = head[7], head[8]
+            self._narrow[slot.type] = (
+                window_rows >= _WINDOW_MIN and window_scopes < window_rows * _WINDOW_YIELD
+            )
         jobs = [claimed(row, _GATE_COLUMNS) for row in rows if row[_GATE_COLUMNS] is not None]
         block = None if jobs else self._why_blocked(slot, head)
         return jobs, block
@@ -247,8 +266,13 @@ class Claimer:
                 conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=True)
                 cur = conn.execute(query, params, prepare=True)
             return cur.fetchall()
+        # The caller's transaction (a transactional handler runs in it): enable_sort goes
+        # off for the claim only (see claim_plan_guard in claim.sql).
         conn.execute(self._q["claim_lock_exclusive"], lock_params)
-        return conn.execute(query, params).fetchall()
+        row = conn.execute(self._q["claim_plan_guard"]).fetchone()
+        rows = conn.execute(query, params).fetchall()
+        conn.execute(self._q["claim_plan_restore"], {"was": row[0] if row else "on"})
+        return rows
 
     @staticmethod
     def _why_blocked(slot: TypeSlots, gate: Sequence[Any]) -> ClaimBlock | None:

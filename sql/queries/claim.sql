@@ -85,15 +85,37 @@ SELECT pg_advisory_xact_lock(k.key)::text
 
 
 -- name: claim_lock_exclusive_generic
--- claim_lock_exclusive for a transaction the store owns, which also makes the claim that
--- follows use its generic plan (transaction-local setting): the guarded claims plan in about
--- a millisecond, longer than they run, and their generic plans are as good as the custom
--- ones (every statement is written so that no parameter value changes the best plan).
+-- claim_lock_exclusive for a transaction the store owns, which also sets, for the claim that
+-- follows (transaction-local settings):
+--  * its generic plan: the guarded claims plan in about a millisecond, longer than they
+--    run, and their generic plans are as good as the custom ones (every statement is
+--    written so that no parameter value changes the best plan);
+--  * enable_sort off (see claim_plan_guard).
 SELECT pg_advisory_xact_lock(k.key)::text,
-       set_config('plan_cache_mode', 'force_generic_plan', true)
+       set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_sort', 'off', true)
   FROM (SELECT DISTINCT hashtextextended(n, 0) AS key
           FROM unnest(%(names)s::text[]) AS n
          ORDER BY 1) k
+
+
+-- name: claim_plan_guard
+-- enable_sort off for the guarded claim that follows in the caller's transaction; returns
+-- the setting it replaced, for claim_plan_restore. Every ORDER BY ... LIMIT in the guarded
+-- claims is meant to read an index in its order: the scope walk's step in particular takes
+-- one entry of jobs_pending_scope_idx. On a table whose statistics are stale (a backlog
+-- loaded since the last ANALYZE) every path looks like one row, and the planner may pick
+-- "jobs_claim_idx, then sort" instead: each walk step then reads and sorts the type's whole
+-- backlog (measured: 15 ms a step, 164 jobs/s). With sorts disabled only the index order
+-- qualifies where one exists; the sorts that have no alternative (the result's order, the
+-- walk's end) are still planned.
+SELECT s.was, set_config('enable_sort', 'off', true)
+  FROM (SELECT current_setting('enable_sort') AS was OFFSET 0) s
+
+
+-- name: claim_plan_restore
+-- Puts back what claim_plan_guard replaced, so the caller's transaction plans as before.
+SELECT set_config('enable_sort', %(was)s::text, true)
 
 
 -- name: fragment_claim_gate
@@ -139,25 +161,34 @@ gate AS MATERIALIZED (
             AND d.run_at <= statement_timestamp()
           ORDER BY d.priority DESC, d.run_at, d.id
           LIMIT 1) IS NOT NULL AS has_due,
-        (SELECT r.type FROM {schema}.jobs r
-          WHERE r.type = ANY(%(not_while_running)s::text[]) AND r.status = 'running'
-            AND r.lease_expires_at > statement_timestamp()
+        -- One probe per listed type, as a correlated scalar subquery (which the planner
+        -- cannot turn into a join): the generic plan of "type = ANY($n)" walks
+        -- jobs_lease_idx over the live leases of every type, and an empty list (most
+        -- types) would still pay that walk on each claim.
+        (SELECT nt.type
+           FROM unnest(%(not_while_running)s::text[]) AS nt(type)
+          WHERE (SELECT true FROM {schema}.jobs r
+                  WHERE r.type = nt.type AND r.status = 'running'
+                    AND r.lease_expires_at > statement_timestamp()
+                  LIMIT 1)
           LIMIT 1) AS nwr_block,
         coalesce(
-            (SELECT w.type FROM {schema}.jobs w
-              WHERE w.type = ANY(%(waits_for)s::text[]) AND w.status = 'running'
-                AND w.lease_expires_at > statement_timestamp()
-              LIMIT 1),
-            -- future-scheduled and backoff-parked jobs do not block: only due ones. One
-            -- claim-index probe per listed type (a generic plan of "type = ANY($n)" would
-            -- scan the table).
             (SELECT wt.type
                FROM unnest(%(waits_for)s::text[]) AS wt(type)
-              WHERE EXISTS (SELECT 1 FROM {schema}.jobs w
-                             WHERE w.type = wt.type AND w.status = 'pending'
-                               AND w.run_at <= statement_timestamp()
-                             ORDER BY w.priority DESC, w.run_at, w.id
-                             LIMIT 1)
+              WHERE (SELECT true FROM {schema}.jobs w
+                      WHERE w.type = wt.type AND w.status = 'running'
+                        AND w.lease_expires_at > statement_timestamp()
+                      LIMIT 1)
+              LIMIT 1),
+            -- future-scheduled and backoff-parked jobs do not block: only due ones. One
+            -- claim-index probe per listed type.
+            (SELECT wt.type
+               FROM unnest(%(waits_for)s::text[]) AS wt(type)
+              WHERE (SELECT true FROM {schema}.jobs w
+                      WHERE w.type = wt.type AND w.status = 'pending'
+                        AND w.run_at <= statement_timestamp()
+                      ORDER BY w.priority DESC, w.run_at, w.id
+                      LIMIT 1)
               LIMIT 1)) AS wf_block,
         (SELECT pr.name FROM pool_room pr WHERE pr.conc_room = 0
           ORDER BY pr.name LIMIT 1) AS conc_block,
@@ -314,8 +345,9 @@ walk_end AS (
 
 -- name: fragment_claim_finish
 -- Lease the picked rows and charge the rate budgets (expects CTEs "pools", "gate", "pick",
--- "walk_end"). The picked ids are locked in a MATERIALIZED CTE, so the rows leased are
--- exactly the rows returned. The budget row of each rate-limited pool is charged rate_cost
+-- "walk_end", and "cand" and "taken": the window's rows and the scopes it took, whose
+-- counts tell the caller how well the window paid). The picked ids are locked in a
+-- MATERIALIZED CTE, so the rows leased are exactly the rows returned. The budget row of each rate-limited pool is charged rate_cost
 -- per claimed attempt; an elapsed window restarts now. The final LEFT JOIN returns one row
 -- even when nothing is claimed, carrying the gate's verdict and where the scope walk ended.
 locked AS MATERIALIZED (
@@ -359,6 +391,8 @@ charge AS (
 SELECT g.has_due, g.nwr_block, g.wf_block, g.conc_block, g.rate_block,
        (SELECT we.scope_type FROM walk_end we) AS walk_type,
        (SELECT we.scope_id FROM walk_end we) AS walk_id,
+       (SELECT count(*) FROM cand) AS window_rows,
+       (SELECT count(*) FROM taken) AS window_scopes,
        u.*
   FROM gate g
   LEFT JOIN upd u ON true

@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 
 from golemq_pg._types import JobStatus, Resource, Scope
+from golemq_pg.store._pg_claim import _WINDOW_MIN
 from golemq_pg.store.port import (
     CancelFilter,
     ClaimBlock,
@@ -189,6 +190,7 @@ def test_a_guarded_claim_leaves_its_connection_as_it_found_it(pg_dsn: str, schem
         assert len(_claim(store, _sbs(5), resources=pool)) == 3
         with store.pool.connection() as conn:  # the one connection the claim used
             assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+            assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
             locks = conn.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                 "AND pid = pg_backend_pid()").fetchone()
@@ -206,6 +208,58 @@ def test_a_transactional_claim_does_not_change_the_callers_plan_mode(
         assert claimed is not None
         _job, conn = claimed
         assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
+
+
+def test_a_claim_in_the_callers_transaction_keeps_the_callers_enable_sort(
+    pg_store: PostgresStore,
+) -> None:
+    """claim_plan_restore puts back what the caller had, not the server default."""
+    _bunch(pg_store, "s", 2, 2)
+    with psycopg.connect(pg_store.dsn or "") as conn:
+        conn.execute("SET LOCAL enable_sort = off")
+        assert len(pg_store.with_connection(conn).job_claim(ClaimRequest("w", [_sbs(2)]))) == 2
+        assert conn.execute("SHOW enable_sort").fetchone() == ("off",)
+        conn.execute("SET LOCAL enable_sort = on")
+        assert len(pg_store.with_connection(conn).job_claim(ClaimRequest("w", [_sbs(2)]))) == 0
+        assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
+
+
+def _sorts_in_walk(node: dict[str, Any], inside: bool = False) -> list[list[str]]:
+    """Sort keys of every Sort node below the scope walk's Recursive Union."""
+    found = [node.get("Sort Key", [])] if inside and node["Node Type"] == "Sort" else []
+    inside = inside or node["Node Type"] == "Recursive Union"
+    for child in node.get("Plans", []):
+        found += _sorts_in_walk(child, inside)
+    return found
+
+
+def test_the_walk_reads_the_scope_index_in_order_even_on_stale_statistics(
+    pg_store: PostgresStore,
+) -> None:
+    """Statistics taken while the table was empty make every path look like one row; the
+    planner then sorted the type's whole backlog at every walk step (15 ms a step). The
+    settings the claim's lock statement makes leave only the index order."""
+    with pg_store.pool.connection() as conn:
+        conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(pg_store.schema)))
+    # The benchmark's layout (this data reproduces the sorting plan on PostgreSQL 15
+    # without the settings; so does a drain of it, at 164 jobs/s)
+    for s in range(1000):
+        pg_store.job_enqueue_many(EnqueueManyParams(
+            type="s", payloads=[orjson.dumps({"i": i}) for i in range(40)],
+            scope=Scope("bench", str(s))))
+    claimer = pg_store._shared.claimer
+    queries = pg_store._shared.queries
+    lock_params, params = claimer.guarded_params("w", _sbs(500), {})
+    explain = b"EXPLAIN (FORMAT JSON) " + queries["job_claim_guarded"]
+
+    with pg_store.pool.connection() as conn, conn.transaction():
+        conn.execute(queries["claim_lock_exclusive_generic"], lock_params)
+        row = conn.execute(explain, params).fetchone()
+    assert row is not None
+    sorts = _sorts_in_walk(row[0][0]["Plan"])
+    # the only sort left in the walk orders a scope's first few due jobs by priority
+    assert all(keys and keys[0].startswith("j_1.priority") for keys in sorts), sorts
 
 
 def test_guarded_leases_start_when_the_claim_decides(pg_store: PostgresStore) -> None:
@@ -375,3 +429,29 @@ def test_scopes_stay_exclusive_whether_or_not_the_live_leases_fit_the_hash(
     got = _claim(pg_store, _sbs(20), owner="third")
     assert len(got) == 10
     assert {j.scope for j in got} == {j.scope for j in first[:10]}
+
+
+def test_a_window_bunched_by_scope_narrows_and_a_spread_one_widens_it(
+    pg_store: PostgresStore,
+) -> None:
+    """A wide window over a backlog bunched by scope reads many rows for few scopes; the next
+    claim of the type reads a narrow one and the walk finds the rest. Which window a claim
+    reads changes its cost, never what it may claim."""
+    claimer = pg_store._shared.claimer
+    _bunch(pg_store, "s", 40, 30)  # 1,200 jobs, 30 in a row per scope
+    assert claimer.guarded_params("w", _sbs(100), {})[1]["lookahead"] == 200
+    first = _claim(pg_store, _sbs(100))
+    assert len({j.scope for j in first}) == len(first) == 40
+    assert claimer.guarded_params("w", _sbs(100), {})[1]["lookahead"] == _WINDOW_MIN
+    _done(pg_store, first)
+    second = _claim(pg_store, _sbs(100))  # narrow window + walk: still every scope
+    assert len({j.scope for j in second}) == len(second) == 40
+    _done(pg_store, second)
+
+    spread = TypeSlots("u", 100, 30.0, serialize_by_scope=True)
+    for _round in range(3):
+        for s in range(80):
+            pg_store.job_enqueue(EnqueueParams(type="u", payload=orjson.dumps({}),
+                                               scope=Scope("S", f"{s:03d}")))
+    assert len(_claim(pg_store, spread)) == 80
+    assert claimer.guarded_params("w", spread, {})[1]["lookahead"] == 200
