@@ -119,8 +119,11 @@ class System:
         """Create the system's tables in the sandbox."""
         raise NotImplementedError
 
-    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0) -> None:
-        """Put ``n`` due no-op jobs in the queue the fastest way (not timed)."""
+    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0,
+                      interleaved: bool = False) -> None:
+        """Put ``n`` due no-op jobs in the queue the fastest way (not timed). ``scopes``: spread
+        them over that many scopes, each scope's jobs in a row, or with ``interleaved`` in
+        turn (one job of each scope, then the next round)."""
         raise NotImplementedError
 
     def bulk_enqueue(self, box: Sandbox, n: int) -> float:

@@ -97,8 +97,15 @@ class GolemqSystem(System):
                             {**base, "batch_size": 100}, full_only=True)]
         if scenario == "guarded":
             return [Variant(self.name, "unguarded", "golemq-pg unguarded", base, reference=True),
-                    Variant(self.name, "scope", f"golemq-pg serialize_by_scope ({SCOPES} scopes)",
+                    # Each scope's jobs in a row (a backlog loaded scope by scope: the worst
+                    # layout for a claim-order window), then arriving in turn.
+                    Variant(self.name, "scope",
+                            f"golemq-pg serialize_by_scope ({SCOPES} scopes, each in a row)",
                             {**base, "serialize_by_scope": True, "scopes": SCOPES}),
+                    Variant(self.name, "scope-spread",
+                            f"golemq-pg serialize_by_scope ({SCOPES} scopes, arrivals in turn)",
+                            {**base, "serialize_by_scope": True, "scopes": SCOPES,
+                             "interleaved": True}),
                     # A pool whose cap equals the handler concurrency binds: pooled jobs are
                     # leased ones, so nothing can be prefetched and each job waits for a claim
                     # and for the commit of the completion before it. A cap above what the
@@ -138,10 +145,20 @@ class GolemqSystem(System):
         with self._store(box, max_size=1) as store:
             store.migrate()
 
-    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0) -> None:
+    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0,
+                      interleaved: bool = False) -> None:
         queue_cls = _api()[1]
         with self._store(box, max_size=2) as store:
             queue = queue_cls(store)
+            if scopes and interleaved:
+                # add_many takes one scope; one add per job, all in one transaction
+                import psycopg  # noqa: PLC0415
+
+                with psycopg.connect(box.dsn) as conn:
+                    for i in range(n):
+                        queue.add(JOB_TYPE, {"i": i}, scope=("bench", str(i % scopes)),
+                                  connection=conn)
+                return
             if scopes:
                 for s in range(scopes):
                     share = range(s, n, scopes)

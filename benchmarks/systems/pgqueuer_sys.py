@@ -138,7 +138,8 @@ class PgQueuerSystem(System):
 
         run_async(main)
 
-    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0) -> None:
+    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0,
+                      interleaved: bool = False) -> None:
         run_async(lambda: _enqueue_many(box, 0, n))
 
     def bulk_enqueue(self, box: Sandbox, n: int) -> float:

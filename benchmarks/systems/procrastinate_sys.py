@@ -101,7 +101,8 @@ class ProcrastinateSystem(System):
 
         run_async(main)
 
-    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0) -> None:
+    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0,
+                      interleaved: bool = False) -> None:
         async def main() -> None:
             async with _App(box) as app:
                 await app.defer_many(0, n)

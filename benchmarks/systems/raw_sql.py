@@ -137,13 +137,20 @@ class RawSql(System):
             return [Variant(self.name, "copy", "raw SQL COPY", {}, reference=True)]
         if scenario == "single":
             return [Variant(self.name, "insert", "raw SQL INSERT+COMMIT", {}, reference=True)]
+        if scenario == "guarded":
+            # Never more than 32 jobs leased: what a pool with a cap of 32 allows at best
+            # (claim 32, run, commit their completion, claim again).
+            return [Variant(self.name, "b32x1",
+                            "raw SQL B=32 x1 thread (at most 32 leased: a cap of 32's bound)",
+                            {"batch": 32, "threads": 1})]
         return [v(100, 1, reference=True)]
 
     def install(self, box: Sandbox) -> None:
         with psycopg.connect(box.dsn) as conn:
             apply_golemq_schema(conn, box.schema_name)
 
-    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0) -> None:
+    def enqueue_setup(self, box: Sandbox, n: int, *, scopes: int = 0,
+                      interleaved: bool = False) -> None:
         fill_golemq_table(box, n)
 
     def bulk_enqueue(self, box: Sandbox, n: int) -> float:

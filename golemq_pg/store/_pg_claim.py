@@ -24,7 +24,7 @@ import structlog
 
 from golemq_pg._types import Resource
 from golemq_pg.store._pg_rows import claimed
-from golemq_pg.store._sql import Queries
+from golemq_pg.store._sql import Queries, RawStatement
 from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
 
 log = structlog.get_logger("golemq_pg.store.claim")
@@ -232,7 +232,7 @@ class Claimer:
         managed: bool,
     ) -> tuple[list[ClaimedJob], ClaimBlock | None]:
         lock_params, params = self.guarded_params(owner, slot, resources)
-        query = self._q["job_claim_grouped" if slot.grouped else "job_claim_guarded"]
+        query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
         rows = self._guarded_round(conn, lock_params, query, params, managed=managed)
         if not rows:  # pragma: no cover - the statement always returns the gate row
             return [], None
@@ -252,25 +252,26 @@ class Claimer:
         self,
         conn: psycopg.Connection[Any],
         lock_params: dict[str, Any],
-        query: bytes,
+        query: RawStatement,
         params: dict[str, Any],
         *,
         managed: bool,
     ) -> list[tuple[Any, ...]]:
         """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip)."""
+        cur = psycopg.RawCursor(conn)
         if managed:
             # prepare=True: the claim is planned once per connection, not on each of the
             # first executions psycopg would otherwise leave unprepared (planning it takes
             # longer than running it, and claims rotate over every pooled connection).
             with conn.pipeline(), conn.transaction():
                 conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=True)
-                cur = conn.execute(query, params, prepare=True)
+                cur.execute(query.text, query.args(params), prepare=True)
             return cur.fetchall()
         # The caller's transaction (a transactional handler runs in it): enable_sort goes
         # off for the claim only (see claim_plan_guard in claim.sql).
         conn.execute(self._q["claim_lock_exclusive"], lock_params)
         row = conn.execute(self._q["claim_plan_guard"]).fetchone()
-        rows = conn.execute(query, params).fetchall()
+        rows = cur.execute(query.text, query.args(params)).fetchall()
         conn.execute(self._q["claim_plan_restore"], {"was": row[0] if row else "on"})
         return rows
 

@@ -1,0 +1,37 @@
+"""Loading the shipped SQL: named blocks, and the $n rewrite of the long guarded claims."""
+
+from __future__ import annotations
+
+import pytest
+
+from golemq_pg.store._sql import Queries, RawStatement, parse_named
+
+
+def test_named_blocks_split_and_reject_duplicates_and_empty_bodies() -> None:
+    text = "-- header\n-- name: one\nSELECT 1\n\n-- name: two\nSELECT 2\n"
+    assert parse_named(text, "x.sql") == {"one": "SELECT 1", "two": "SELECT 2"}
+    with pytest.raises(RuntimeError, match="duplicate query name 'one'"):
+        parse_named("-- name: one\nSELECT 1\n-- name: one\nSELECT 2\n", "x.sql")
+    with pytest.raises(RuntimeError, match="empty query 'two'"):
+        parse_named("-- name: one\nSELECT 1\n-- name: two\n", "x.sql")
+
+
+def test_raw_statement_numbers_each_name_once_in_order_of_first_use() -> None:
+    raw = RawStatement.convert(
+        b"SELECT %(b)s::int, %(a)s::text, %(b)s::int WHERE x LIKE 'a%%' AND y = %(c)s")
+    assert raw.text == b"SELECT $1::int, $2::text, $1::int WHERE x LIKE 'a%' AND y = $3"
+    assert raw.names == ("b", "a", "c")
+    assert raw.args({"a": "A", "b": 2, "c": None, "unused": 9}) == [2, "A", None]
+    with pytest.raises(KeyError):
+        raw.args({"a": "A", "b": 2})
+
+
+def test_the_guarded_claims_keep_every_parameter_through_the_rewrite() -> None:
+    queries = Queries("golemq")
+    for name in ("job_claim_guarded", "job_claim_grouped"):
+        raw = queries.raw(name)
+        assert queries.raw(name) is raw  # converted once
+        assert b"%(" not in raw.text
+        assert f"${len(raw.names)}".encode() in raw.text
+        assert f"${len(raw.names) + 1}".encode() not in raw.text
+        assert {"type", "limit", "owner", "cursor_type", "scope_depth"} <= set(raw.names)
