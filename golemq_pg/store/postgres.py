@@ -326,13 +326,26 @@ class PostgresStore:
             found = store._fetch("job_enqueue", args)
             return EnqueueResult(id=str(found[0][0]), inserted=True)
         args["dedupe_key"] = params.dedupe_key
+        args["key_lock_prefix"] = self._shared.schema + ":dedupe:"
         if params.on_duplicate == "replace":
-            job_id, inserted = store._fetch("job_enqueue_replace", args)[0]
+            job_id, inserted = store._keyed("job_enqueue_replace", args)[0]
             return EnqueueResult(id=str(job_id), inserted=inserted, replaced=not inserted)
-        found = store._fetch("job_enqueue_reject", args)
+        found = store._keyed("job_enqueue_reject", args)
         if not found:
             return EnqueueResult(id=None, inserted=False)
         return EnqueueResult(id=str(found[0][0]), inserted=True)
+
+    def _keyed(self, name: str, args: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """A keyed add: the (type, dedupe_key) advisory lock, then statement ``name``, in one
+        transaction (ours in one round trip, or the caller's, which holds the lock to its
+        commit, as the unique index would hold a second add of the key)."""
+        bound = self._bound
+        if bound is not None and not bound.autocommit:
+            bound.execute(self._q["job_enqueue_key_lock"], args)
+            return bound.execute(self._q[name], args).fetchall()
+        with self._connection() as conn, conn.transaction():
+            conn.execute(self._q["job_enqueue_key_lock"], args)
+            return conn.execute(self._q[name], args).fetchall()
 
     def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
         """Insert many jobs of one type with one COPY; returns the count."""
