@@ -19,8 +19,8 @@ from typing import Any, Literal
 import orjson
 import psycopg
 import structlog
-from psycopg import sql
 
+from golemq_pg.store._sql import listen_statement
 from golemq_pg.store.port import Notification
 
 log = structlog.get_logger("golemq_pg.store.listener")
@@ -97,7 +97,7 @@ class PgListener:
             return False
         try:
             for channel in self._channels:
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                conn.execute(listen_statement(channel))
         except psycopg.Error as exc:
             self._failed("listener LISTEN failed", exc)
             conn.close()

@@ -22,6 +22,9 @@ from psycopg import sql
 
 _NAME_RE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _FRAGMENT_PREFIX = "fragment_"
+# Blocks named template_* take identifiers other than the schema (e.g. a channel); they are
+# composed where used, never rendered with the schema's statements.
+_TEMPLATE_PREFIX = "template_"
 
 
 def sql_dir() -> Traversable:
@@ -149,7 +152,7 @@ class Queries:
         self._rendered: dict[str, bytes] = {
             name: trusted_sql(body).format(schema=ident, **fragments).as_bytes(None)
             for name, body in texts.items()
-            if not name.startswith(_FRAGMENT_PREFIX)
+            if not name.startswith((_FRAGMENT_PREFIX, _TEMPLATE_PREFIX))
         }
 
         self._raw: dict[str, RawStatement] = {}
@@ -167,6 +170,12 @@ class Queries:
     def names(self) -> list[str]:
         """The statement names available (fragments excluded)."""
         return sorted(self._rendered)
+
+
+def listen_statement(channel: str) -> sql.Composed:
+    """``LISTEN`` on ``channel`` (``template_listen``: LISTEN takes no parameters, so the
+    channel goes in as an identifier)."""
+    return trusted_sql(query_texts()["template_listen"]).format(channel=sql.Identifier(channel))
 
 
 _cache: dict[str, Queries] = {}

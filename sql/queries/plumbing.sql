@@ -10,5 +10,11 @@ SELECT now()
 SELECT {schema}.channel_name('jobs'), {schema}.channel_name('cancel')
 
 
+-- name: template_listen
+-- The worker's LISTEN connection, once per channel after each (re)connect. The channel is an
+-- identifier (composed with psycopg.sql.Identifier by the listener), not a parameter.
+LISTEN {channel}
+
+
 -- name: notify
 SELECT pg_notify(%(channel)s::text, %(payload)s::text)

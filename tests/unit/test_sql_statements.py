@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from golemq_pg.store._sql import Queries, RawStatement, parse_named
+from golemq_pg.store._sql import Queries, RawStatement, listen_statement, parse_named
 
 
 def test_named_blocks_split_and_reject_duplicates_and_empty_bodies() -> None:
@@ -35,3 +35,9 @@ def test_the_guarded_claims_keep_every_parameter_through_the_rewrite() -> None:
         assert f"${len(raw.names)}".encode() in raw.text
         assert f"${len(raw.names) + 1}".encode() not in raw.text
         assert {"type", "limit", "owner", "cursor_type", "scope_depth"} <= set(raw.names)
+
+
+def test_templates_are_not_rendered_with_the_schema_and_listen_quotes_its_channel() -> None:
+    assert "template_listen" not in Queries("golemq").names()
+    rendered = listen_statement('golemq_jobs"; DROP TABLE x; --').as_string(None)
+    assert rendered.splitlines()[-1] == 'LISTEN "golemq_jobs""; DROP TABLE x; --"'
