@@ -96,16 +96,25 @@ class GolemqSystem(System):
                             f"golemq-pg concurrency {CONCURRENCY}, batch_size 100",
                             {**base, "batch_size": 100}, full_only=True)]
         if scenario == "guarded":
+            bunched = {**base, "scopes": SCOPES}
+            spread = {**bunched, "interleaved": True}
             return [Variant(self.name, "unguarded", "golemq-pg unguarded", base, reference=True),
                     # Each scope's jobs in a row (a backlog loaded scope by scope: the worst
-                    # layout for a claim-order window), then arriving in turn.
+                    # layout for a claim-order window), then arriving in turn. Each layout
+                    # is also drained without the guard: scoped rows cost more to claim and
+                    # complete than unscoped ones whatever the guard (one more index, on
+                    # the scope, to maintain at each update), so the guard's own cost is
+                    # the ratio to the same backlog unguarded.
+                    Variant(self.name, "unguarded-scoped",
+                            f"golemq-pg unguarded ({SCOPES} scopes, each in a row)", bunched),
                     Variant(self.name, "scope",
                             f"golemq-pg serialize_by_scope ({SCOPES} scopes, each in a row)",
-                            {**base, "serialize_by_scope": True, "scopes": SCOPES}),
+                            {**bunched, "serialize_by_scope": True}),
+                    Variant(self.name, "unguarded-spread",
+                            f"golemq-pg unguarded ({SCOPES} scopes, arrivals in turn)", spread),
                     Variant(self.name, "scope-spread",
                             f"golemq-pg serialize_by_scope ({SCOPES} scopes, arrivals in turn)",
-                            {**base, "serialize_by_scope": True, "scopes": SCOPES,
-                             "interleaved": True}),
+                            {**spread, "serialize_by_scope": True}),
                     # A pool whose cap equals the handler concurrency binds: pooled jobs are
                     # leased ones, so nothing can be prefetched and each job waits for a claim
                     # and for the commit of the completion before it. A cap above what the
