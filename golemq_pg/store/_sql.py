@@ -174,8 +174,11 @@ class Queries:
 
 def listen_statement(channel: str) -> sql.Composed:
     """``LISTEN`` on ``channel`` (``template_listen``: LISTEN takes no parameters, so the
-    channel goes in as an identifier)."""
-    return trusted_sql(query_texts()["template_listen"]).format(channel=sql.Identifier(channel))
+    channel goes in as an identifier). Sent without its comment lines, so that the
+    connection's query in ``pg_stat_activity`` starts with ``LISTEN``."""
+    body = query_texts()["template_listen"]
+    text = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--"))
+    return trusted_sql(text.strip()).format(channel=sql.Identifier(channel))
 
 
 _cache: dict[str, Queries] = {}

@@ -152,6 +152,19 @@ pool_room AS MATERIALIZED (
                 ELSE greatest((u.rate - u.spent) / u.rate_cost, 0) END AS rate_room
       FROM pool_use u
 ),
+listed_live AS MATERIALIZED (
+    -- The not_while_running and waits_for types that hold a live lease, one probe per listed
+    -- type as a correlated scalar subquery (which the planner cannot turn into a join): the
+    -- generic plan of "type = ANY($n)" walks jobs_lease_idx over the live leases of every
+    -- type, and an empty list (most types) would still pay that walk on each claim.
+    SELECT lt.type, lt.ord
+      FROM unnest(%(not_while_running)s::text[] || %(waits_for)s::text[])
+           WITH ORDINALITY AS lt(type, ord)
+     WHERE (SELECT true FROM {schema}.jobs r
+             WHERE r.type = lt.type AND r.status = 'running'
+               AND r.lease_expires_at > statement_timestamp()
+             LIMIT 1)
+),
 gate AS MATERIALIZED (
     SELECT
         -- ORDER BY ... LIMIT 1 keeps this on the claim index: a bare EXISTS may be planned
@@ -161,25 +174,13 @@ gate AS MATERIALIZED (
             AND d.run_at <= statement_timestamp()
           ORDER BY d.priority DESC, d.run_at, d.id
           LIMIT 1) IS NOT NULL AS has_due,
-        -- One probe per listed type, as a correlated scalar subquery (which the planner
-        -- cannot turn into a join): the generic plan of "type = ANY($n)" walks
-        -- jobs_lease_idx over the live leases of every type, and an empty list (most
-        -- types) would still pay that walk on each claim.
-        (SELECT nt.type
-           FROM unnest(%(not_while_running)s::text[]) AS nt(type)
-          WHERE (SELECT true FROM {schema}.jobs r
-                  WHERE r.type = nt.type AND r.status = 'running'
-                    AND r.lease_expires_at > statement_timestamp()
-                  LIMIT 1)
-          LIMIT 1) AS nwr_block,
+        (SELECT l.type FROM listed_live l
+          WHERE l.ord <= cardinality(%(not_while_running)s::text[])
+          ORDER BY l.ord LIMIT 1) AS nwr_block,
         coalesce(
-            (SELECT wt.type
-               FROM unnest(%(waits_for)s::text[]) AS wt(type)
-              WHERE (SELECT true FROM {schema}.jobs w
-                      WHERE w.type = wt.type AND w.status = 'running'
-                        AND w.lease_expires_at > statement_timestamp()
-                      LIMIT 1)
-              LIMIT 1),
+            (SELECT l.type FROM listed_live l
+              WHERE l.ord > cardinality(%(not_while_running)s::text[])
+              ORDER BY l.ord LIMIT 1),
             -- future-scheduled and backoff-parked jobs do not block: only due ones. One
             -- claim-index probe per listed type.
             (SELECT wt.type
