@@ -222,8 +222,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              "wide as the handler (32), which binds (the pool counts leased jobs, so nothing "
              "is prefetched: each job waits for a claim, and for the committed completions "
              "that free its room), and with a cap above all one worker leases at once, which "
-             "measures what the guard itself costs. The raw-SQL loop that never holds more "
-             "than 32 leased jobs (claim 32, complete 32) is the binding pool's bound.",
+             "measures what the guard itself costs. The plain raw-SQL loop that never holds more "
+             "than 32 leased jobs (claim 32, complete 32, one thread) is set beside the "
+             "binding pool for reference.",
              (Metric("jobs_per_s", "jobs/s"),), run_guarded,
              systems=("raw-sql", "golemq-pg")),
 )

@@ -138,10 +138,10 @@ class RawSql(System):
         if scenario == "single":
             return [Variant(self.name, "insert", "raw SQL INSERT+COMMIT", {}, reference=True)]
         if scenario == "guarded":
-            # Never more than 32 jobs leased: what a pool with a cap of 32 allows at best
-            # (claim 32, run, commit their completion, claim again).
+            # Never more than 32 jobs leased, as under a pool with a cap of 32 (claim 32,
+            # run, commit their completion, claim again): a reference for the binding pool.
             return [Variant(self.name, "b32x1",
-                            "raw SQL B=32 x1 thread (at most 32 leased: a cap of 32's bound)",
+                            "raw SQL B=32 x1 thread (never more than 32 leased)",
                             {"batch": 32, "threads": 1})]
         return [v(100, 1, reference=True)]
 
