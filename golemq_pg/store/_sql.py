@@ -154,7 +154,6 @@ class Queries:
             for name, body in texts.items()
             if not name.startswith((_FRAGMENT_PREFIX, _TEMPLATE_PREFIX))
         }
-
         self._raw: dict[str, RawStatement] = {}
 
     def __getitem__(self, name: str) -> bytes:
@@ -168,7 +167,7 @@ class Queries:
         return found
 
     def names(self) -> list[str]:
-        """The statement names available (fragments excluded)."""
+        """The statement names available (fragments and templates excluded)."""
         return sorted(self._rendered)
 
 

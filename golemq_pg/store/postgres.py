@@ -337,13 +337,9 @@ class PostgresStore:
 
     def _keyed(self, name: str, args: dict[str, Any]) -> list[tuple[Any, ...]]:
         """A keyed add: the (type, dedupe_key) advisory lock, then statement ``name``, in one
-        transaction (ours in one round trip, or the caller's, which holds the lock to its
-        commit, as the unique index would hold a second add of the key)."""
-        bound = self._bound
-        if bound is not None and not bound.autocommit:
-            bound.execute(self._q["job_enqueue_key_lock"], args)
-            return bound.execute(self._q[name], args).fetchall()
-        with self._connection() as conn, conn.transaction():
+        transaction: ours, or the caller's, which then holds the lock to its commit (as the
+        unique index would hold a second add of the key)."""
+        with self._transaction() as conn:
             conn.execute(self._q["job_enqueue_key_lock"], args)
             return conn.execute(self._q[name], args).fetchall()
 

@@ -348,9 +348,10 @@ walk_end AS (
 -- Lease the picked rows and charge the rate budgets (expects CTEs "pools", "gate", "pick",
 -- "walk_end", and "cand" and "taken": the window's rows and the scopes it took, whose
 -- counts tell the caller how well the window paid). The picked ids are locked in a
--- MATERIALIZED CTE, so the rows leased are exactly the rows returned. The budget row of each rate-limited pool is charged rate_cost
--- per claimed attempt; an elapsed window restarts now. The final LEFT JOIN returns one row
--- even when nothing is claimed, carrying the gate's verdict and where the scope walk ended.
+-- MATERIALIZED CTE, so the rows leased are exactly the rows returned. The budget row of each
+-- rate-limited pool is charged rate_cost per claimed attempt; an elapsed window restarts now.
+-- The final LEFT JOIN returns one row even when nothing is claimed, carrying the gate's
+-- verdict and where the scope walk ended.
 locked AS MATERIALIZED (
     -- No status test in this scan: with one, the partial indexes on pending rows qualify,
     -- and the planner may pick jobs_claim_idx (id is its last column), whose "id = ANY"
