@@ -43,9 +43,10 @@ _SCAN_FACTOR = 8
 _SCAN_MIN = 1000
 _WALK_FACTOR = 4
 _WALK_MIN = 64
-# A window that read at least _WINDOW_MIN rows but found fewer distinct free scopes than
-# this share of them (a backlog bunched by scope: many jobs of one scope in a row) cost
-# more per scope than the walk, which pays one index descent per scope. The next claim of
+# A window that read at least _WINDOW_MIN rows but took fewer units (free scopes, or
+# unscoped jobs, which the walk cannot reach) than this share of them (a backlog bunched by
+# scope: many jobs of one scope in a row) cost more per scope than the walk, which pays one
+# index descent per scope. The next claim of
 # the type then reads only a _WINDOW_MIN window (claim order for the first few scopes) and
 # leaves the rest to the walk; a narrow window that finds its rows spread over many scopes
 # widens the next one again.
@@ -56,7 +57,7 @@ _WINDOW_YIELD = 0.25
 SCOPE_DEPTH = 64
 #: Columns before the claimed job's in a guarded claim's rows: the gate's verdict
 #: (has_due, nwr_block, wf_block, conc_block, rate_block), where the walk ended, and the
-#: window's rows and distinct scopes.
+#: window's rows and the units (jobs or groups) it took.
 _GATE_COLUMNS = 9
 
 
@@ -240,9 +241,9 @@ class Claimer:
         if head[5] is not None:
             self._cursors[slot.type] = (head[5], head[6])
         if slot.serialize_by_scope or slot.grouped:
-            window_rows, window_scopes = head[7], head[8]
+            window_rows, window_units = head[7], head[8]
             self._narrow[slot.type] = (
-                window_rows >= _WINDOW_MIN and window_scopes < window_rows * _WINDOW_YIELD
+                window_rows >= _WINDOW_MIN and window_units < window_rows * _WINDOW_YIELD
             )
         jobs = [claimed(row, _GATE_COLUMNS) for row in rows if row[_GATE_COLUMNS] is not None]
         block = None if jobs else self._why_blocked(slot, head)

@@ -346,7 +346,7 @@ walk_end AS (
 
 -- name: fragment_claim_finish
 -- Lease the picked rows and charge the rate budgets (expects CTEs "pools", "gate", "pick",
--- "walk_end", and "cand" and "taken": the window's rows and the scopes it took, whose
+-- "walk_end", and "cand" and "window_units": the window's rows and the units it took, whose
 -- counts tell the caller how well the window paid). The picked ids are locked in a
 -- MATERIALIZED CTE, so the rows leased are exactly the rows returned. The budget row of each
 -- rate-limited pool is charged rate_cost per claimed attempt; an elapsed window restarts now.
@@ -394,7 +394,7 @@ SELECT g.has_due, g.nwr_block, g.wf_block, g.conc_block, g.rate_block,
        (SELECT we.scope_type FROM walk_end we) AS walk_type,
        (SELECT we.scope_id FROM walk_end we) AS walk_id,
        (SELECT count(*) FROM cand) AS window_rows,
-       (SELECT count(*) FROM taken) AS window_scopes,
+       (SELECT wu.n FROM window_units wu) AS window_units,
        u.*
   FROM gate g
   LEFT JOIN upd u ON true
@@ -475,6 +475,10 @@ window_pick AS MATERIALIZED (
 taken AS (
     SELECT wp.scope_type, wp.scope_id FROM window_pick wp WHERE wp.scope_type IS NOT NULL
 ),
+window_units AS (
+    -- jobs the window took, scoped or not (an unscoped job is a unit of its own)
+    SELECT count(*) AS n FROM window_pick
+),
 walk_need AS MATERIALIZED (
     SELECT CASE WHEN NOT %(serialize_by_scope)s::boolean
                   OR (SELECT count(*) FROM window_pick) >= (SELECT q.n FROM quota q)
@@ -544,6 +548,10 @@ window_grp AS MATERIALIZED (
 ),
 taken AS (
     SELECT wg.scope_type, wg.scope_id FROM window_grp wg WHERE wg.scope_type IS NOT NULL
+),
+window_units AS (
+    -- groups the window took, the group of unscoped jobs included
+    SELECT count(*) AS n FROM window_grp
 ),
 walk_need AS MATERIALIZED (
     SELECT CASE WHEN (SELECT count(*) FROM window_grp) >= (SELECT q.n FROM quota q)

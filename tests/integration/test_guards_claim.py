@@ -455,3 +455,12 @@ def test_a_window_bunched_by_scope_narrows_and_a_spread_one_widens_it(
                                                scope=Scope("S", f"{s:03d}")))
     assert len(_claim(pg_store, spread)) == 80
     assert claimer.guarded_params("w", spread, {})[1]["lookahead"] == 200
+
+    # unscoped jobs of a scoped type are units of their own (the walk cannot reach them):
+    # a window full of them pays, and stays wide
+    unscoped = TypeSlots("v", 100, 30.0, serialize_by_scope=True)
+    pg_store.job_enqueue_many(EnqueueManyParams(
+        type="v", payloads=[orjson.dumps({"i": i}) for i in range(300)]))
+    assert len(_claim(pg_store, unscoped)) == 100
+    assert claimer.guarded_params("w", unscoped, {})[1]["lookahead"] == 200
+    assert len(_claim(pg_store, unscoped)) == 100
