@@ -173,16 +173,16 @@ def targets(outcomes: list[Outcome]) -> list[Target]:
         if guarded and plain:
             check(f"{label} >= 0.5x the same backlog unguarded", paired_ratio(guarded, plain),
                   lambda v: v >= 0.5, "x")
-    for key, label in (("scope", "serialize_by_scope (1,000 scopes, each in a row)"),
-                       ("scope-spread", "serialize_by_scope (1,000 scopes, arrivals in turn)"),
-                       ("resource-open", "resource pool, cap above the worker's leases"),
+        if guarded:
+            check(f"{label} >= 0.5x unguarded (unscoped jobs)",
+                  ratios(outcomes, guarded).get("golemq-pg"), lambda v: v >= 0.5, "x")
+    for key, label in (("resource-open", "resource pool, cap above the worker's leases"),
                        ("resource", "resource pool, cap = handler concurrency (binding)"
                                     + bound_note)):
         guarded = _find(outcomes, "guarded", "golemq-pg", key)
         if guarded:
-            check(f"{label} >= 0.5x unguarded (unscoped jobs)"
-                  if key.startswith("scope") else f"{label} >= 0.5x unguarded",
-                  ratios(outcomes, guarded).get("golemq-pg"), lambda v: v >= 0.5, "x")
+            check(f"{label} >= 0.5x unguarded", ratios(outcomes, guarded).get("golemq-pg"),
+                  lambda v: v >= 0.5, "x")
     scale = _find(outcomes, "scale", "golemq-pg")
     if scale:
         m = scale.median()

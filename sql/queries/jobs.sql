@@ -42,8 +42,9 @@ SELECT pg_advisory_xact_lock(hashtextextended(
 --    worker on four keys). KEY SHARE conflicts with neither completions nor lease renewals
 --    (plain updates of non-key columns); a claim skips a holder so locked until this
 --    transaction ends, which inside a caller's transaction (connection=) is its commit.
---  * "status = 'pending' OR status = 'running'": one probe of each partial index (a BitmapOr),
---    and the re-read after the wait accepts the holder in either state.
+--  * "status = 'pending' OR status = 'running'": the planner can probe both partial indexes
+--    (a BitmapOr of the pending unique index and the running dedupe index, on current
+--    statistics), and the re-read after the wait accepts the holder in either state.
 --  * Runs after job_enqueue_key_lock; the unique partial index jobs_dedupe_pending_uq still
 --    arbitrates against a replace-mode add or a COPY of the key.
 INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
