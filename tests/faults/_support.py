@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import psycopg
 import pytest
@@ -595,7 +594,12 @@ class OutageProxy:
 
     def __init__(self, dsn: str) -> None:
         info = _dsn_info(dsn)
-        self.target = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
+        host = str(info.get("host") or "127.0.0.1")
+        port = int(info.get("port") or 5432)
+        # A host that is a directory names a Unix socket (the embedded server listens on
+        # one only); the proxy still listens on TCP, so the workers' path is the same.
+        self.target: str | tuple[str, int] = (
+            f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port))
         self._dsn = dsn
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
@@ -636,14 +640,27 @@ class OutageProxy:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
-                upstream.settimeout(None)
+                upstream = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
             with self._lock:
                 self._socks |= {client, upstream}
             threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self.target, tuple):
+            upstream = socket.create_connection(self.target, timeout=5)
+        else:
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.settimeout(5)
+            try:
+                upstream.connect(self.target)
+            except OSError:
+                upstream.close()
+                raise
+        upstream.settimeout(None)
+        return upstream
 
     def _pipe(self, a: socket.socket, b: socket.socket) -> None:
         try:
@@ -729,9 +746,7 @@ class ServerControl:
 
 
 def _dsn_info(dsn: str) -> dict[str, Any]:
-    if "://" in dsn:
-        parsed = urlparse(dsn)
-        return {"host": parsed.hostname, "port": parsed.port}
+    # libpq's own parser: a URI's ?host=/socket/dir (the embedded server) counts too
     return dict(conninfo_to_dict(dsn))
 
 

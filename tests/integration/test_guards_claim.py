@@ -8,6 +8,7 @@ shows with backlogs larger than the window.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -234,6 +235,11 @@ def _sorts_in_walk(node: dict[str, Any], inside: bool = False) -> list[list[str]
     return found
 
 
+def _unaliased(key: str) -> str:
+    """A sort key without its relation alias: ``d_1.priority DESC`` -> ``priority DESC``."""
+    return re.sub(r"^[a-z_][a-z0-9_]*\.", "", key)
+
+
 def test_the_walk_reads_the_scope_index_in_order_even_on_stale_statistics(
     pg_store: PostgresStore,
 ) -> None:
@@ -258,8 +264,9 @@ def test_the_walk_reads_the_scope_index_in_order_even_on_stale_statistics(
         row = conn.execute(explain, params).fetchone()
     assert row is not None
     sorts = _sorts_in_walk(row[0][0]["Plan"])
-    # the only sort left in the walk orders a scope's first few due jobs by priority
-    assert all(keys and keys[0].startswith("j_1.priority") for keys in sorts), sorts
+    # the only sort left in the walk orders a scope's first few due jobs by priority (the
+    # planner's alias for the jobs table differs between server versions: j_1, d_1, ...)
+    assert all(keys and _unaliased(keys[0]).startswith("priority") for keys in sorts), sorts
 
 
 def test_guarded_leases_start_when_the_claim_decides(pg_store: PostgresStore) -> None:
