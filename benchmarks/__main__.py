@@ -30,8 +30,21 @@ from benchmarks.scenarios import FULL, QUICK, Sizes
 from benchmarks.systems import all_systems
 
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-DEFAULT_OUT = Path("benchmarks") / "out"
-DEFAULT_RESULTS_MD = Path("benchmarks") / "RESULTS.md"
+HERE = Path(__file__).resolve().parent
+
+
+def _in_harness_dir(name: str) -> Path:
+    """``name`` in this benchmarks/ folder (where the record lives), whatever the current
+    directory (``golemq-pg bench`` may run from anywhere): relative when under it."""
+    path = HERE / name
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+DEFAULT_OUT = _in_harness_dir("out")
+DEFAULT_RESULTS_MD = _in_harness_dir("RESULTS.md")
 
 
 def _parser() -> argparse.ArgumentParser:

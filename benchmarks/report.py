@@ -399,6 +399,7 @@ def write_results_md(path: Path, *, machine: dict[str, Any], sizes: Sizes, runs:
         "## Reproduce",
         "",
         "```",
+        "# in a source checkout: benchmarks/ is not installed with the package",
         "pip install -e '.[bench]'",
         "export GOLEMQ_DSN=postgresql://postgres@127.0.0.1:5432/test   # else the embedded server",
         "python -m benchmarks --results-md benchmarks/RESULTS.md      # or: golemq-pg bench",
