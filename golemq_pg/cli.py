@@ -8,8 +8,6 @@ command prints a payload or a traceback (set ``GOLEMQ_DEBUG=1`` to see traceback
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -17,7 +15,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any, TypeVar
 
 import click
 
-from golemq_pg import _embedded
+from golemq_pg import _embedded, _harness
 from golemq_pg._cli_params import DURATION, SCOPE, first_line, parse_payload
 from golemq_pg._types import JobStatus
 from golemq_pg._validation import check_schema
@@ -476,82 +474,10 @@ def demo(jobs: int, quiet: bool) -> None:
         raise CliError("the demo did not finish in time (see the summary above)")
 
 
-#: ``golemq-pg bench`` without a harness to run: one line, exit code 2.
-BENCH_UNAVAILABLE = (
-    "golemq-pg bench runs the harness of a source checkout (benchmarks/ is not installed with "
-    "the package): clone the repository, `pip install -e '.[bench]'` in it, and run "
-    "`golemq-pg bench` or `python -m benchmarks` there"
-)
-
-
 class HarnessUnavailable(click.ClickException):
     """No benchmark harness next to this golemq_pg: one line on stderr, exit code 2."""
 
     exit_code = EXIT_USAGE
-
-
-def checkout_root() -> Path | None:
-    """The source checkout this golemq_pg was imported from, if it holds the harness.
-
-    An editable install imports ``golemq_pg`` from the checkout itself, so the harness is
-    ``<checkout>/benchmarks/__main__.py`` beside the package directory. A wheel installs
-    ``golemq_pg`` into site-packages, where nothing ships ``benchmarks/``.
-    """
-    import golemq_pg  # noqa: PLC0415 - the package's own location, not a public name
-
-    root = Path(golemq_pg.__file__).resolve().parent.parent
-    return root if (root / "benchmarks" / "__main__.py").is_file() else None
-
-
-def _harness_from_checkout(root: Path) -> Callable[[list[str]], object]:
-    """``benchmarks.__main__.main`` of the checkout at ``root``, imported in this process
-    (so Ctrl-C, SIGTERM, exit codes and the console output are the harness's own)."""
-    loaded = sys.modules.get("benchmarks")
-    where = getattr(loaded, "__file__", None)
-    if loaded is not None and (where is None or Path(where).resolve().parent.parent != root):
-        raise CliError(f"another module named 'benchmarks' is already imported ({where})")
-    entry = str(root)
-    sys.path.insert(0, entry)
-    try:
-        # Imported by name: the harness lives outside the typed package (benchmarks/). Its
-        # own submodules load through the package's __path__, so the path entry is only
-        # needed for this import; its worker children get the checkout in PYTHONPATH.
-        module = importlib.import_module("benchmarks.__main__")
-    except ImportError as exc:
-        raise CliError(f"cannot load the benchmark harness of {root}: {first_line(exc)}") from None
-    finally:
-        with suppress(ValueError):
-            sys.path.remove(entry)
-    main_fn: Callable[[list[str]], object] = module.main
-    return main_fn
-
-
-def _installed_harness() -> Callable[[list[str]], object] | None:
-    """``benchmarks.__main__.main`` when an installed ``benchmarks`` package is the harness
-    (an older install that still ships it); None otherwise. A ``benchmarks`` package that is
-    not the harness (say, one of the current directory's) is never run."""
-    try:
-        spec = importlib.util.find_spec("benchmarks")
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not any((Path(d) / "__main__.py").is_file() and (Path(d) / "runner.py").is_file()
-               and (Path(d) / "systems").is_dir() for d in locations):
-        return None
-    try:
-        main_fn: Callable[[list[str]], object] = importlib.import_module(
-            "benchmarks.__main__").main
-    except (ImportError, AttributeError):
-        return None
-    return main_fn
-
-
-def find_harness() -> Callable[[list[str]], object] | None:
-    """The harness's ``main(argv) -> exit status``: the checkout's, else an installed one."""
-    root = checkout_root()
-    if root is not None:
-        return _harness_from_checkout(root)
-    return _installed_harness()
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -568,13 +494,17 @@ def bench(args: tuple[str, ...]) -> None:
     harness picks $GOLEMQ_DSN, the local test server or the embedded one, in that order.
     """
     ctx = click.get_current_context()
-    bench_main = find_harness()
-    if bench_main is None:
+    root = _harness.checkout_root()
+    if root is None:
         if "--help" in args or "-h" in args:
             click.echo(ctx.get_help())
-            click.echo(f"\nNot available here: {BENCH_UNAVAILABLE}.")
+            click.echo(f"\nNot available here: {_harness.UNAVAILABLE}.")
             ctx.exit(0)
-        raise HarnessUnavailable(BENCH_UNAVAILABLE)
+        raise HarnessUnavailable(_harness.UNAVAILABLE)
+    try:
+        bench_main = _harness.load(root)
+    except ImportError as exc:
+        raise CliError(f"cannot load the benchmark harness of {root}: {first_line(exc)}") from None
     argv = list(args)
     dsn = _settings(ctx).dsn
     if dsn is not None:
