@@ -14,7 +14,7 @@ from _support import FaultEnv, report, type_spec, wait_until
 from psycopg import sql
 
 from golemq_pg import InMemoryStore, Queue, Worker
-from golemq_pg.store._listener import PgListener
+from golemq_pg.store.postgres._listener import PgListener
 
 pytestmark = pytest.mark.faults
 

@@ -20,8 +20,8 @@ import orjson
 import psycopg
 import structlog
 
-from golemq_pg.store._sql import listen_statement
 from golemq_pg.store.port import Notification
+from golemq_pg.store.postgres._sql import listen_statement
 
 log = structlog.get_logger("golemq_pg.store.listener")
 

@@ -27,13 +27,9 @@ from psycopg_pool import ConnectionPool
 from golemq_pg import _local
 from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
 from golemq_pg._validation import check_schema
-from golemq_pg.store import _pg_rows as rows
-from golemq_pg.store._listener import PgListener
-from golemq_pg.store._migrations import migrate as _migrate
-from golemq_pg.store._migrations import migration_script
-from golemq_pg.store._pg_claim import Claimer
-from golemq_pg.store._sql import Queries, queries_for
 from golemq_pg.store.port import (
+    LEASE_EXHAUSTED_ERROR,
+    LEASE_EXPIRED_ERROR,
     CancelFilter,
     CancelledJob,
     ClaimedJob,
@@ -51,6 +47,12 @@ from golemq_pg.store.port import (
     RetryItem,
     ScheduleParams,
 )
+from golemq_pg.store.postgres import _rows as rows
+from golemq_pg.store.postgres._claim import Claimer
+from golemq_pg.store.postgres._listener import PgListener
+from golemq_pg.store.postgres._migrations import migrate as _migrate
+from golemq_pg.store.postgres._migrations import migration_script
+from golemq_pg.store.postgres._sql import Queries, queries_for
 
 __all__ = ["PostgresStore", "migration_script"]
 
@@ -480,12 +482,14 @@ class PostgresStore:
 
     def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
         """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
+        args = {
+            "limit": limit,
+            "expired_error": LEASE_EXPIRED_ERROR,
+            "exhausted_error": LEASE_EXHAUSTED_ERROR,
+        }
         for attempt in range(1, _WRITE_ATTEMPTS + 1):
             try:
-                return [
-                    rows.reclaimed(r)
-                    for r in self._fetch("lease_recover_expired", {"limit": limit})
-                ]
+                return [rows.reclaimed(r) for r in self._fetch("lease_recover_expired", args)]
             except _RETRYABLE:
                 if self._bound is not None or attempt == _WRITE_ATTEMPTS:
                     raise

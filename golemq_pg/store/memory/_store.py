@@ -19,8 +19,8 @@ from typing import Any
 import structlog
 
 from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
-from golemq_pg.store._memory_claim import ClaimPass
-from golemq_pg.store._memory_rows import (
+from golemq_pg.store.memory._claim import ClaimPass
+from golemq_pg.store.memory._rows import (
     JobRow,
     JobTable,
     MemoryListener,
@@ -30,8 +30,10 @@ from golemq_pg.store._memory_rows import (
     matching,
     page,
 )
-from golemq_pg.store._memory_schedules import ScheduleBook
+from golemq_pg.store.memory._schedules import ScheduleBook
 from golemq_pg.store.port import (
+    LEASE_EXHAUSTED_ERROR,
+    LEASE_EXPIRED_ERROR,
     CancelFilter,
     CancelledJob,
     ClaimBatch,
@@ -52,10 +54,6 @@ from golemq_pg.store.port import (
 Clock = Callable[[], datetime]
 
 log = structlog.get_logger("golemq_pg.store.memory")
-
-LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
-LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
-
 
 def utc_now() -> datetime:
     """The real clock: an aware UTC datetime."""
@@ -605,4 +603,4 @@ def _due_time(run_at: datetime | None, delay: float, now: datetime) -> datetime:
     return now + timedelta(seconds=delay)
 
 
-__all__ = ["LEASE_EXHAUSTED_ERROR", "LEASE_EXPIRED_ERROR", "Clock", "InMemoryStore"]
+__all__ = ["Clock", "InMemoryStore"]

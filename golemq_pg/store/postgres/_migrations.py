@@ -18,7 +18,7 @@ import structlog
 from psycopg import sql
 
 from golemq_pg._validation import check_schema
-from golemq_pg.store._sql import sql_dir, trusted_sql
+from golemq_pg.store.postgres._sql import sql_dir, trusted_sql
 
 log = structlog.get_logger("golemq_pg.store.migrations")
 
