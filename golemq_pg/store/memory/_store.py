@@ -569,7 +569,7 @@ class InMemoryStore:
                 try:
                     following = next_tick(due, now)
                 except Exception:  # noqa: BLE001 - one bad schedule must not stop the rest
-                    log.warning("schedule next tick failed", key=schedule.key, type=schedule.type)
+                    log.warning("schedule_next_tick_failed", key=schedule.key, type=schedule.type)
                     continue
                 row = self._new_row(
                     schedule.type,

@@ -108,7 +108,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
                 (migration.version, migration.name),
             )
         applied.append(migration.name)
-        log.info("migration applied", schema=schema, migration=migration.name)
+        log.info("migration_applied", schema=schema, migration=migration.name)
     return applied
 
 
