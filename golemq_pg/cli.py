@@ -226,7 +226,7 @@ def sql_cmd() -> None:
     """Print the migration SQL for psql (golemq-pg sql | psql "$DSN")."""
     ctx = click.get_current_context()
     schema = _settings(ctx).schema or DEFAULT_SCHEMA
-    from golemq_pg.store._migrations import migration_script  # noqa: PLC0415
+    from golemq_pg.store.postgres import migration_script  # noqa: PLC0415
 
     script = migration_script(schema)
     click.echo(script, nl=not script.endswith("\n"))

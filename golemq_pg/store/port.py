@@ -16,6 +16,16 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from golemq_pg._types import JobStatus, JobSummary, Resource, ScheduleSummary, Scope
 
+# -- texts every store writes alike ----------------------------------------------------------
+# The reaper stores these as a recovered job's ``last_error`` (both stores: PostgresStore
+# sends them to ``lease_recover_expired`` as parameters), and the worker reports the same
+# text to observers; defined here once so the stores and the worker cannot drift apart.
+
+#: ``last_error`` of a job whose lease expired and that goes back to PENDING (``reclaimed``).
+LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
+#: ``last_error`` of a job whose lease expired with no attempt left (``failed-terminal``).
+LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
+
 
 @dataclass(frozen=True, slots=True)
 class EnqueueParams:

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from golemq_pg._schedule import next_tick
-from golemq_pg.store.memory import LEASE_EXHAUSTED_ERROR, LEASE_EXPIRED_ERROR
-from golemq_pg.store.port import DueSchedule
+from golemq_pg.store.port import LEASE_EXHAUSTED_ERROR, LEASE_EXPIRED_ERROR, DueSchedule
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
 from golemq_pg.worker.runtime import LOG_IDS, Service, _short
 from golemq_pg.worker.units import Unit

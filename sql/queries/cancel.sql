@@ -1,4 +1,8 @@
--- Cancellation next to transactional handlers.
+-- Cancellation: every statement of Queue.cancel (PostgresStore.job_cancel).
+--
+-- job_cancel_ids / _scope / _keys delete the live rows of a selector (by ids, by scope, by
+-- dedupe keys) and return them; the store NOTIFYs the ids of the running ones on the cancel
+-- channel in the same transaction. The rest of this file deals with transactional handlers.
 --
 -- A transactional handler's claim is an open transaction: it holds the job's row lock until
 -- the handler finishes, and every other session reads the row as it was before the claim
@@ -17,6 +21,36 @@
 -- * job_cancel_pending_*: pending-only cancels skip locked rows instead of waiting: a locked
 --   "pending" row is being claimed or is held by a transactional handler, that is, it is
 --   running work, which a pending-only cancel leaves alone.
+
+
+-- name: fragment_cancelled_columns
+j.id, j.type, j.scope_type, j.scope_id, j.status, j.lease_owner, j.attempts
+
+
+-- name: job_cancel_ids
+-- Cancellation deletes live (pending or running) rows; finished rows are history and stay.
+-- The caller then NOTIFYs the ids of deleted RUNNING rows in the same transaction.
+DELETE FROM {schema}.jobs j
+ WHERE j.id = ANY(%(ids)s::bigint[])
+   AND j.status IN ('pending', 'running')
+   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+RETURNING {fragment_cancelled_columns}
+
+
+-- name: job_cancel_scope
+DELETE FROM {schema}.jobs j
+ WHERE j.scope_type = %(scope_type)s::text AND j.scope_id = %(scope_id)s::text
+   AND j.status IN ('pending', 'running')
+   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+RETURNING {fragment_cancelled_columns}
+
+
+-- name: job_cancel_keys
+DELETE FROM {schema}.jobs j
+ WHERE j.type = %(type)s::text AND j.dedupe_key = ANY(%(keys)s::text[])
+   AND j.status IN ('pending', 'running')
+   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+RETURNING {fragment_cancelled_columns}
 
 
 -- name: cancel_brief_lock_wait

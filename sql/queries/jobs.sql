@@ -1,4 +1,4 @@
--- Jobs: enqueue, inspection, administration and cancellation.
+-- Jobs: enqueue, inspection and administration (cancellation is in cancel.sql).
 --
 -- Every statement is written against {schema}.table; the store composes the schema in with
 -- psycopg.sql.Identifier once per store. Literal braces must be doubled ({{ }}) and literal
@@ -160,36 +160,6 @@ SELECT j.type,
 SELECT extract(epoch FROM now() - min(j.run_at))::float8
   FROM {schema}.jobs j
  WHERE j.status = 'pending' AND j.run_at <= now()
-
-
--- name: fragment_cancelled_columns
-j.id, j.type, j.scope_type, j.scope_id, j.status, j.lease_owner, j.attempts
-
-
--- name: job_cancel_ids
--- Cancellation deletes live (pending or running) rows; finished rows are history and stay.
--- The caller then NOTIFYs the ids of deleted RUNNING rows in the same transaction.
-DELETE FROM {schema}.jobs j
- WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.status IN ('pending', 'running')
-   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
-RETURNING {fragment_cancelled_columns}
-
-
--- name: job_cancel_scope
-DELETE FROM {schema}.jobs j
- WHERE j.scope_type = %(scope_type)s::text AND j.scope_id = %(scope_id)s::text
-   AND j.status IN ('pending', 'running')
-   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
-RETURNING {fragment_cancelled_columns}
-
-
--- name: job_cancel_keys
-DELETE FROM {schema}.jobs j
- WHERE j.type = %(type)s::text AND j.dedupe_key = ANY(%(keys)s::text[])
-   AND j.status IN ('pending', 'running')
-   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
-RETURNING {fragment_cancelled_columns}
 
 
 -- name: job_retry_failed

@@ -170,7 +170,9 @@ RETURNING j.id
 -- lock re-checks status and expiry on the newest row version, so a job that completed after
 -- this statement's snapshot is never revived. The claim already counted the lost attempt:
 -- within budget the job is due again now; past it, it is dead-lettered without running
--- again. A keyed job superseded by a PENDING replacement is deleted.
+-- again. A keyed job superseded by a PENDING replacement is deleted. The last_error texts
+-- arrive as parameters (golemq_pg.store.port.LEASE_EXPIRED_ERROR / LEASE_EXHAUSTED_ERROR),
+-- so the two stores and the worker share one definition of them.
 WITH expired AS MATERIALIZED (
     SELECT j.id, j.lease_owner,
            j.attempts >= j.max_attempts AS exhausted,
@@ -194,8 +196,8 @@ moved AS (
            run_at = CASE WHEN e.exhausted THEN j.run_at ELSE now() END,
            finished_at = CASE WHEN e.exhausted THEN now() END,
            last_error = CASE
-               WHEN e.exhausted THEN 'LeaseExpired: attempts exhausted after lease expiry'
-               ELSE 'LeaseExpired: lease expired before the job finished (worker lost)' END,
+               WHEN e.exhausted THEN %(exhausted_error)s::text
+               ELSE %(expired_error)s::text END,
            lease_owner = NULL,
            lease_expires_at = NULL,
            updated_at = now()

@@ -14,7 +14,7 @@ from _support import FaultEnv, report, type_spec, wait_until
 from psycopg import sql
 
 from golemq_pg import InMemoryStore, Queue, Worker
-from golemq_pg.store._listener import PgListener
+from golemq_pg.store.postgres._listener import PgListener
 
 pytestmark = pytest.mark.faults
 
@@ -123,7 +123,7 @@ def test_s06_terminate_the_listen_connection_and_enqueue_during_the_gap(
     assert hinted < poll / 2
     wait_until(lambda: env.status_counts() == {"succeeded": 101}, timeout=10)
     counts = env.check_invariants(expected=101)
-    assert proc.events("listener connection lost") or proc.events("listener reconnected")
+    assert proc.events("listener_connection_lost") or proc.events("listener_reconnected")
     assert proc.terminate() == 0
     report("6 terminate the LISTEN connection, enqueue 100 during the gap",
            listen_reconnect_seconds=round(reconnect, 3),

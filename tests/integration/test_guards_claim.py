@@ -20,7 +20,6 @@ import psycopg
 from psycopg import sql
 
 from golemq_pg._types import JobStatus, Resource, Scope
-from golemq_pg.store._pg_claim import _WINDOW_MIN
 from golemq_pg.store.port import (
     CancelFilter,
     ClaimBlock,
@@ -34,6 +33,7 @@ from golemq_pg.store.port import (
     claim_blocked,
 )
 from golemq_pg.store.postgres import PostgresStore
+from golemq_pg.store.postgres._claim import _WINDOW_MIN
 
 
 def _bunch(store: PostgresStore, job_type: str, scopes: int, per_scope: int,

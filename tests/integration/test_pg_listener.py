@@ -10,7 +10,6 @@ import psycopg
 import pytest
 import structlog
 
-from golemq_pg.store._listener import PgListener, parse_notification
 from golemq_pg.store.port import (
     CancelFilter,
     ClaimRequest,
@@ -20,6 +19,7 @@ from golemq_pg.store.port import (
     TypeSlots,
 )
 from golemq_pg.store.postgres import PostgresStore
+from golemq_pg.store.postgres._listener import PgListener, parse_notification
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from golemq_pg.store._migrations import migrations
 from golemq_pg.store.port import EnqueueParams
 from golemq_pg.store.postgres import PostgresStore, migration_script
+from golemq_pg.store.postgres._migrations import migrations
 
 
 @pytest.fixture

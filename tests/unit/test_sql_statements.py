@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from golemq_pg.store._sql import Queries, RawStatement, listen_statement, parse_named
+from golemq_pg.store.postgres._sql import Queries, RawStatement, listen_statement, parse_named
 
 
 def test_named_blocks_split_and_reject_duplicates_and_empty_bodies() -> None:

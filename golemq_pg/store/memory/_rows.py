@@ -217,6 +217,29 @@ class JobTable:
         self._unindex(row)
         del self.rows[row.id]
 
+    def finish(self, row: JobRow, status: JobStatus, now: datetime) -> None:
+        """RUNNING -> SUCCEEDED / FAILED: the lease is cleared."""
+        _clear_lease(row)
+        self.set_status(row, status)
+        row.finished_at = now
+        row.updated_at = now
+
+    def back_to_pending(self, row: JobRow, run_at: datetime, now: datetime) -> None:
+        """RUNNING -> PENDING at ``run_at``: the lease is cleared.
+
+        A job that returns to the line while a newer PENDING job holds its dedupe key (a
+        "replace" enqueued while it ran) is superseded by that job, which carries the newer
+        payload: it is deleted rather than run again with the stale one. This is also what
+        the unique index on pending keys leaves as the only consistent outcome.
+        """
+        _clear_lease(row)
+        if row.dedupe_key is not None and self.pending_with_key(row.type, row.dedupe_key):
+            self.delete(row)
+            return
+        self.set_status(row, JobStatus.PENDING)
+        row.run_at = run_at
+        row.updated_at = now
+
     def pending_with_key(self, job_type: str, key: str) -> JobRow | None:
         """The PENDING row holding ``(type, dedupe_key)``, if any."""
         return self.pending_keys.get((job_type, key))
@@ -240,6 +263,11 @@ class JobTable:
                 self.pending_keys.pop((row.type, row.dedupe_key), None)
         elif row.status is JobStatus.RUNNING:
             self.running.pop(row.id, None)
+
+
+def _clear_lease(row: JobRow) -> None:
+    row.lease_owner = None
+    row.lease_expires_at = None
 
 
 def matching(rows: Iterable[JobRow], params: FindParams) -> list[JobRow]:

@@ -20,8 +20,8 @@ import orjson
 import psycopg
 import structlog
 
-from golemq_pg.store._sql import listen_statement
 from golemq_pg.store.port import Notification
+from golemq_pg.store.postgres._sql import listen_statement
 
 log = structlog.get_logger("golemq_pg.store.listener")
 
@@ -93,13 +93,13 @@ class PgListener:
         try:
             conn = psycopg.connect(self._conninfo, autocommit=True, **self._kwargs)
         except psycopg.Error as exc:
-            self._failed("listener connect failed", exc)
+            self._failed("listener_connect_failed", exc)
             return False
         try:
             for channel in self._channels:
                 conn.execute(listen_statement(channel))
         except psycopg.Error as exc:
-            self._failed("listener LISTEN failed", exc)
+            self._failed("listener_listen_failed", exc)
             conn.close()
             return False
         self._conn = conn
@@ -142,7 +142,7 @@ class PgListener:
             if time.monotonic() >= self._retry_at:
                 failures = self._failures
                 if self._connect_once():
-                    log.info("listener reconnected", failures=failures)
+                    log.info("listener_reconnected", failures=failures)
                     return True
                 self._retry_at = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, self._max_backoff)
@@ -174,7 +174,7 @@ class PgListener:
             except psycopg.Error as exc:
                 if self._closed.is_set():
                     return found
-                log.warning("listener connection lost", error=type(exc).__name__)
+                log.warning("listener_connection_lost", error=type(exc).__name__)
                 self._drop()
                 if self._reconnect(deadline):
                     found.append(Notification(kind="reconnected", items=()))

@@ -19,19 +19,21 @@ from typing import Any
 import structlog
 
 from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
-from golemq_pg.store._memory_claim import ClaimPass
-from golemq_pg.store._memory_rows import (
+from golemq_pg.store.memory import _admin as admin
+from golemq_pg.store.memory._claim import ClaimPass
+from golemq_pg.store.memory._rows import (
     JobRow,
     JobTable,
     MemoryListener,
     RateBudget,
-    cancel_selects,
     copy_progress,
     matching,
     page,
 )
-from golemq_pg.store._memory_schedules import ScheduleBook
+from golemq_pg.store.memory._schedules import ScheduleBook
 from golemq_pg.store.port import (
+    LEASE_EXHAUSTED_ERROR,
+    LEASE_EXPIRED_ERROR,
     CancelFilter,
     CancelledJob,
     ClaimBatch,
@@ -52,10 +54,6 @@ from golemq_pg.store.port import (
 Clock = Callable[[], datetime]
 
 log = structlog.get_logger("golemq_pg.store.memory")
-
-LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
-LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
-
 
 def utc_now() -> datetime:
     """The real clock: an aware UTC datetime."""
@@ -239,7 +237,7 @@ class InMemoryStore:
             now = self._read_clock()
             written = set()
             for row, _ in self._held(owner, items):
-                self._finish(row, JobStatus.SUCCEEDED, now)
+                self._jobs.finish(row, JobStatus.SUCCEEDED, now)
                 written.add(str(row.id))
             return written
 
@@ -251,7 +249,7 @@ class InMemoryStore:
             for row, item in self._held(owner, items):
                 assert isinstance(item, FailItem)  # noqa: S101 - _held returns the input items
                 row.last_error = item.error
-                self._finish(row, JobStatus.FAILED, now)
+                self._jobs.finish(row, JobStatus.FAILED, now)
                 written.add(str(row.id))
             return written
 
@@ -265,7 +263,7 @@ class InMemoryStore:
                 row.last_error = item.error
                 if not item.consume_attempt:
                     row.attempts = max(row.attempts - 1, 0)
-                self._back_to_pending(row, now + timedelta(seconds=item.delay), now)
+                self._jobs.back_to_pending(row, now + timedelta(seconds=item.delay), now)
                 written.add(str(row.id))
             return written
 
@@ -276,7 +274,7 @@ class InMemoryStore:
             written = set()
             for row, _ in self._held(owner, items):
                 row.attempts = max(row.attempts - 1, 0)
-                self._back_to_pending(row, now, now)
+                self._jobs.back_to_pending(row, now, now)
                 written.add(str(row.id))
             return written
 
@@ -326,11 +324,11 @@ class InMemoryStore:
                 owner = row.lease_owner
                 if row.attempts >= row.max_attempts:
                     row.last_error = LEASE_EXHAUSTED_ERROR
-                    self._finish(row, JobStatus.FAILED, now)
+                    self._jobs.finish(row, JobStatus.FAILED, now)
                     exhausted = True
                 else:
                     row.last_error = LEASE_EXPIRED_ERROR
-                    self._back_to_pending(row, now, now)
+                    self._jobs.back_to_pending(row, now, now)
                     exhausted = False
                 recovered.append(
                     Reclaimed(
@@ -343,33 +341,6 @@ class InMemoryStore:
                     )
                 )
             return recovered
-
-    def _clear_lease(self, row: JobRow) -> None:
-        row.lease_owner = None
-        row.lease_expires_at = None
-
-    def _finish(self, row: JobRow, status: JobStatus, now: datetime) -> None:
-        """RUNNING -> SUCCEEDED / FAILED."""
-        self._clear_lease(row)
-        self._jobs.set_status(row, status)
-        row.finished_at = now
-        row.updated_at = now
-
-    def _back_to_pending(self, row: JobRow, run_at: datetime, now: datetime) -> None:
-        """RUNNING -> PENDING at ``run_at``.
-
-        A job that returns to the line while a newer PENDING job holds its dedupe key (a
-        "replace" enqueued while it ran) is superseded by that job, which carries the newer
-        payload: it is deleted rather than run again with the stale one. This is also what
-        the unique index on pending keys leaves as the only consistent outcome.
-        """
-        self._clear_lease(row)
-        if row.dedupe_key is not None and self._jobs.pending_with_key(row.type, row.dedupe_key):
-            self._jobs.delete(row)
-            return
-        self._jobs.set_status(row, JobStatus.PENDING)
-        row.run_at = run_at
-        row.updated_at = now
 
     # -- inspection and administration -----------------------------------------------------
     def job_get(self, job_id: str) -> JobSummary | None:
@@ -395,66 +366,23 @@ class InMemoryStore:
     def job_stats(self) -> dict[str, int]:
         """pending (due now), scheduled (future), running, succeeded, failed."""
         with self._lock:
-            now = self._read_clock()
-            stats = dict.fromkeys(("pending", "scheduled", "running", "succeeded", "failed"), 0)
-            for row in self._jobs.rows.values():
-                if row.status is JobStatus.PENDING:
-                    stats["pending" if row.run_at <= now else "scheduled"] += 1
-                else:
-                    stats[row.status.value] += 1
-            return stats
+            return admin.stats(self._jobs, self._read_clock())
 
     def job_stats_by_type(self) -> dict[str, dict[str, int]]:
         """``job_stats`` buckets per job type."""
         with self._lock:
-            now = self._read_clock()
-            out: dict[str, dict[str, int]] = {}
-            for row in self._jobs.rows.values():
-                stats = out.setdefault(
-                    row.type,
-                    dict.fromkeys(("pending", "scheduled", "running", "succeeded", "failed"), 0),
-                )
-                if row.status is JobStatus.PENDING:
-                    stats["pending" if row.run_at <= now else "scheduled"] += 1
-                else:
-                    stats[row.status.value] += 1
-            return out
+            return admin.stats_by_type(self._jobs, self._read_clock())
 
     def job_oldest_due_age(self) -> float | None:
         """Seconds the oldest due PENDING job has waited; None when nothing is due."""
         with self._lock:
-            now = self._read_clock()
-            due = [
-                row.run_at
-                for row in self._jobs.rows.values()
-                if row.status is JobStatus.PENDING and row.run_at <= now
-            ]
-            return (now - min(due)).total_seconds() if due else None
+            return admin.oldest_due_age(self._jobs, self._read_clock())
 
     def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
         """Delete matching pending/running jobs; announce the running ones to listeners."""
         del reason  # nothing stores it; the Queue passes it to observers and workers
         with self._lock:
-            if selector.job_ids:
-                found = (self._jobs.get(job_id) for job_id in dict.fromkeys(selector.job_ids))
-                candidates = sorted((row for row in found if row is not None), key=lambda r: r.id)
-            else:
-                candidates = list(self._jobs.rows.values())
-            victims = [row for row in candidates if cancel_selects(row, selector)]
-            cancelled = []
-            for row in victims:
-                was_running = row.status is JobStatus.RUNNING
-                cancelled.append(
-                    CancelledJob(
-                        id=str(row.id),
-                        type=row.type,
-                        scope=row.scope,
-                        was_running=was_running,
-                        lease_owner=row.lease_owner if was_running else None,
-                        attempts=row.attempts,
-                    )
-                )
-                self._jobs.delete(row)
+            cancelled = admin.cancel(self._jobs, selector)
             aborted = tuple(c.id for c in cancelled if c.was_running)
             if aborted:
                 self._publish(Notification(kind="cancel", items=aborted))
@@ -468,40 +396,7 @@ class InMemoryStore:
         PENDING job per key. Matches are taken oldest first, then ``skip`` and ``limit``.
         """
         with self._lock:
-            now = self._read_clock()
-            failed = FindParams(
-                types=params.types,
-                statuses=(JobStatus.FAILED,),
-                scope_type=params.scope_type,
-                scope_id=params.scope_id,
-                limit=params.limit,
-                skip=params.skip,
-            )
-            rows = sorted(matching(self._jobs.rows.values(), failed), key=lambda r: r.id)
-            newest_failed: dict[tuple[str, str], int] = {}
-            for row in self._jobs.rows.values():
-                if row.status is JobStatus.FAILED and row.dedupe_key is not None:
-                    key = (row.type, row.dedupe_key)
-                    newest_failed[key] = max(newest_failed.get(key, 0), row.id)
-            rows = [
-                row
-                for row in rows
-                if row.dedupe_key is None
-                or (
-                    self._jobs.pending_with_key(row.type, row.dedupe_key) is None
-                    and newest_failed[(row.type, row.dedupe_key)] == row.id
-                )
-            ]
-            revived = 0
-            for row in page(rows, failed):
-                self._jobs.set_status(row, JobStatus.PENDING)
-                row.attempts = 0
-                row.last_error = None
-                row.run_at = now
-                row.finished_at = None
-                row.updated_at = now
-                revived += 1
-            return revived
+            return admin.retry_failed(self._jobs, params, self._read_clock())
 
     def job_prune(
         self,
@@ -520,22 +415,7 @@ class InMemoryStore:
                 cutoff = now - timedelta(seconds=age)
             else:
                 raise ValueError("job_prune needs a cut-off: before= or age=")
-            wanted = {JobStatus(s) for s in statuses}
-            old = sorted(
-                (
-                    row
-                    for row in self._jobs.rows.values()
-                    if row.status in wanted
-                    and row.finished_at is not None
-                    and row.finished_at < cutoff
-                ),
-                key=lambda r: (r.finished_at, r.id),
-            )
-            if limit is not None:
-                old = old[: max(limit, 0)]
-            for row in old:
-                self._jobs.delete(row)
-            return len(old)
+            return admin.prune(self._jobs, statuses, cutoff, limit)
 
     # -- schedules --------------------------------------------------------------------------
     def schedule_upsert(self, params: ScheduleParams) -> None:
@@ -571,7 +451,7 @@ class InMemoryStore:
                 try:
                     following = next_tick(due, now)
                 except Exception:  # noqa: BLE001 - one bad schedule must not stop the rest
-                    log.warning("schedule next tick failed", key=schedule.key, type=schedule.type)
+                    log.warning("schedule_next_tick_failed", key=schedule.key, type=schedule.type)
                     continue
                 row = self._new_row(
                     schedule.type,
@@ -605,4 +485,4 @@ def _due_time(run_at: datetime | None, delay: float, now: datetime) -> datetime:
     return now + timedelta(seconds=delay)
 
 
-__all__ = ["LEASE_EXHAUSTED_ERROR", "LEASE_EXPIRED_ERROR", "Clock", "InMemoryStore"]
+__all__ = ["Clock", "InMemoryStore"]

@@ -10,7 +10,15 @@ import orjson
 from psycopg.types.json import Jsonb
 
 from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary, Scope
-from golemq_pg.store.port import CancelledJob, ClaimedJob, Reclaimed
+from golemq_pg.store.port import (
+    CancelledJob,
+    ClaimedJob,
+    FailItem,
+    FindParams,
+    LeaseRef,
+    Reclaimed,
+    RetryItem,
+)
 
 _loads = orjson.loads
 
@@ -51,6 +59,33 @@ def int_id(value: str) -> int | None:
     except (TypeError, ValueError):
         return None
     return number if -(2**63) <= number < 2**63 else None
+
+
+def _plain_id(value: str) -> bool:
+    """A decimal string that fits a bigint: what our ids look like."""
+    return 0 < len(value) < 19 and value.isascii() and value.isdigit()
+
+
+def lease_args(owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]) -> dict[str, Any]:
+    """The owner, ids and tokens parameters of a fenced lease write or lookup."""
+    # Ids and tokens travel as text array literals ("{1,2,3}", cast to bigint[] in SQL):
+    # psycopg dumps a Python list element by element, which costs more than the statement
+    # for a batch of a hundred. Ids are our decimal strings; one that cannot be ours becomes
+    # -1, which matches no job.
+    ids = ",".join(i.id if _plain_id(i.id) else "-1" for i in items)
+    tokens = ",".join(str(int(i.token)) for i in items)
+    return {"owner": owner, "ids": "{" + ids + "}", "tokens": "{" + tokens + "}"}
+
+
+def filter_args(params: FindParams) -> dict[str, Any]:
+    """The filter parameters of ``job_find`` and ``job_retry_failed``."""
+    return {
+        "types": None if params.types is None else list(params.types),
+        "scope_type": params.scope_type,
+        "scope_id": params.scope_id,
+        "limit": params.limit,
+        "skip": params.skip or 0,
+    }
 
 
 def decode_json(text: str | None) -> Any:

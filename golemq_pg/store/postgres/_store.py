@@ -2,10 +2,11 @@
 
 Statements come from ``sql/queries/*.sql`` (see ``_sql``), composed once per schema. The
 store owns a ``psycopg_pool.ConnectionPool`` (``connect``) or wraps one (``PostgresStore(pool)``);
-its own connections are autocommit, so a one-statement verb is one round trip, and set
-``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout`` at
-connection start-up. ``with_connection(conn)`` gives a store whose verbs run inside the
-caller's transaction and never commit it.
+how it uses its connections is in ``_connections``. ``with_connection(conn)`` gives a store
+whose verbs run inside the caller's transaction and never commit it.
+
+This module holds the class and most of its verbs; the cancel verb (``_cancel``) and the
+schedule verbs (``_schedules``) are written in their own modules, as bases of the class.
 """
 
 from __future__ import annotations
@@ -20,25 +21,16 @@ from typing import Any, Self
 import orjson
 import psycopg
 import structlog
-from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from golemq_pg import _local
-from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
+from golemq_pg._types import JobStatus, JobSummary
 from golemq_pg._validation import check_schema
-from golemq_pg.store import _pg_rows as rows
-from golemq_pg.store._listener import PgListener
-from golemq_pg.store._migrations import migrate as _migrate
-from golemq_pg.store._migrations import migration_script
-from golemq_pg.store._pg_claim import Claimer
-from golemq_pg.store._sql import Queries, queries_for
 from golemq_pg.store.port import (
-    CancelFilter,
-    CancelledJob,
+    LEASE_EXHAUSTED_ERROR,
+    LEASE_EXPIRED_ERROR,
     ClaimedJob,
     ClaimRequest,
-    DueSchedule,
     EnqueueManyParams,
     EnqueueParams,
     EnqueueResult,
@@ -46,68 +38,25 @@ from golemq_pg.store.port import (
     FindParams,
     LeaseRef,
     Listener,
-    NextTick,
     Reclaimed,
     RetryItem,
-    ScheduleParams,
 )
-
-__all__ = ["PostgresStore", "migration_script"]
+from golemq_pg.store.postgres import _rows as rows
+from golemq_pg.store.postgres._cancel import CancelVerbs
+from golemq_pg.store.postgres._connections import (
+    RETRYABLE,
+    WRITE_ATTEMPTS,
+    Shared,
+    open_pool,
+)
+from golemq_pg.store.postgres._listener import PgListener
+from golemq_pg.store.postgres._migrations import migrate as _migrate
+from golemq_pg.store.postgres._schedules import ScheduleVerbs
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
-# Transient conflicts a fenced, idempotent batch write may simply run again: a deadlock
-# with a concurrent cancel, or a unique-index race with a concurrent "replace" enqueue.
-_RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
-_WRITE_ATTEMPTS = 3
-#: How long a cancel's DELETE first waits for a row lock before it announces the locked rows
-#: (held by transactional handlers) to their workers and waits for real.
-_CANCEL_BRIEF_WAIT_MS = 100
 
-
-# psycopg_pool retries a failed connection with a doubling delay (1, 2, 4, 8, 16, 32 s...) for
-# reconnect_timeout, and while such an attempt waits no other one starts: after an outage of a
-# minute the pool could stay empty for another minute although the server was back, and the
-# worker would sit alive but idle. Giving up after a few seconds and starting over at once
-# (_keep_reconnecting) caps the gap between attempts at 4 s.
-_RECONNECT_TIMEOUT = 5.0
-
-
-def _keep_reconnecting(pool: ConnectionPool[Any]) -> None:
-    """``reconnect_failed`` callback: start a fresh connection attempt (a new backoff)."""
-    try:
-        pool.check()  # grows the pool again when it has room and no attempt is running
-    except Exception as exc:  # noqa: BLE001 - a closed pool, or the server still down
-        log.debug("pool reconnect restart failed", error=type(exc).__name__)
-
-
-def _ms(seconds: float) -> int:
-    return max(int(seconds * 1000), 0)
-
-
-class _Shared:
-    """State shared by a store and the connection-bound stores derived from it."""
-
-    __slots__ = ("channels", "claimer", "dsn", "owns_pool", "pool", "queries", "schema")
-
-    def __init__(
-        self,
-        pool: ConnectionPool[Any],
-        schema: str,
-        rate_window: float,
-        dsn: str | None,
-        owns_pool: bool,
-    ) -> None:
-        self.pool = pool
-        self.schema = schema
-        self.dsn = dsn
-        self.owns_pool = owns_pool
-        self.queries: Queries = queries_for(schema)
-        self.claimer = Claimer(self.queries, schema, rate_window)
-        self.channels: tuple[str, str] | None = None
-
-
-class PostgresStore:
+class PostgresStore(CancelVerbs, ScheduleVerbs):
     """The JobStore port on PostgreSQL (see the module docstring)."""
 
     def __init__(
@@ -121,7 +70,7 @@ class PostgresStore:
         check_schema(schema)
         if not rate_window > 0:
             raise ValueError("rate_window must be > 0")
-        self._shared = _Shared(pool, schema, rate_window, None, owns_pool=False)
+        self._shared = Shared(pool, schema, rate_window, None, owns_pool=False)
         self._bound: psycopg.Connection[Any] | None = None
 
     @classmethod
@@ -143,29 +92,15 @@ class PostgresStore:
         Timeouts are seconds, applied to every pooled connection at start-up (0 disables).
         """
         check_schema(schema)
-        options = " ".join(
-            (
-                # Timestamps come back as UTC datetimes whatever the server's default zone.
-                "-c TimeZone=UTC",
-                # The claim's per-type LIMIT is not a constant, so on a large backlog its
-                # estimated cost crosses jit_above_cost although it touches ~100 rows; JIT
-                # compilation would then cost more than the statement itself.
-                "-c jit=off",
-                "-c statement_timeout=" + str(_ms(statement_timeout)),
-                "-c lock_timeout=" + str(_ms(lock_timeout)),
-                "-c idle_in_transaction_session_timeout="
-                + str(_ms(idle_in_transaction_session_timeout)),
-            )
-        )
-        pool: ConnectionPool[Any] = ConnectionPool(
+        pool = open_pool(
             dsn,
+            schema=schema,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True, "options": options, "application_name": application_name},
-            name="golemq-" + schema,
-            open=True,
-            reconnect_timeout=_RECONNECT_TIMEOUT,
-            reconnect_failed=_keep_reconnecting,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
+            application_name=application_name,
         )
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.dsn = dsn
@@ -235,77 +170,6 @@ class PostgresStore:
     def __repr__(self) -> str:
         bound = " bound" if self._bound is not None else ""
         return f"<PostgresStore schema={self.schema!r}{bound}>"
-
-    # -- connection helpers -----------------------------------------------------------------------
-    @property
-    def _q(self) -> Queries:
-        return self._shared.queries
-
-    @contextmanager
-    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection from the pool; one found read-only is thrown away.
-
-        A session that started read-only (``default_transaction_read_only`` set on the role
-        or database for a while, or a standby behind a failover address) stays read-only for
-        its whole life, so the pool would hand the same refusing connections out forever.
-        Closing it makes the pool open a fresh one, which sees the current setting.
-        """
-        with self._shared.pool.connection() as conn:
-            try:
-                yield conn
-            except pg_errors.ReadOnlySqlTransaction:
-                conn.close()
-                raise
-
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection for one statement (autocommit on our pool: its own transaction)."""
-        if self._bound is not None:
-            yield self._bound
-        else:
-            with self._pooled() as conn:
-                yield conn
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """An atomic unit: our own transaction, or the caller's (never committed here)."""
-        if self._bound is not None:
-            conn = self._bound
-            if conn.autocommit:
-                with conn.transaction():
-                    yield conn
-            else:
-                yield conn
-            return
-        with self._pooled() as conn:
-            if conn.autocommit:
-                with conn.transaction():
-                    yield conn
-            else:
-                yield conn  # the pool's context manager commits
-
-    def _fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        with self._connection() as conn:
-            return conn.execute(self._q[name], params).fetchall()
-
-    def _write_ids(self, name: str, params: dict[str, Any]) -> set[str]:
-        """Run a fenced batch write and return the ids it changed (retried on conflicts)."""
-        for attempt in range(1, _WRITE_ATTEMPTS + 1):
-            try:
-                return {str(row[0]) for row in self._fetch(name, params)}
-            except _RETRYABLE as exc:
-                if self._bound is not None or attempt == _WRITE_ATTEMPTS:
-                    raise
-                log.info("store write retried", verb=name, error=type(exc).__name__)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def channels(self) -> tuple[str, str]:
-        """The NOTIFY channel names (jobs, cancel) of this schema, fetched once."""
-        found = self._shared.channels
-        if found is None:
-            row = self._fetch("channel_names")[0]
-            found = self._shared.channels = (row[0], row[1])
-        return found
 
     # -- producer ----------------------------------------------------------------------------------
     def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
@@ -432,19 +296,19 @@ class PostgresStore:
         try:
             conn.cancel_safe(timeout=5.0)
         except (psycopg.Error, OSError) as exc:
-            log.info("transactional interrupt failed", error=type(exc).__name__)
+            log.info("transactional_interrupt_failed", error=type(exc).__name__)
 
     def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
         if not items:
             return set()
-        return self._write_ids("job_complete_many", _lease_args(owner, items))
+        return self._write_ids("job_complete_many", rows.lease_args(owner, items))
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
         if not items:
             return set()
-        args = _lease_args(owner, items)
+        args = rows.lease_args(owner, items)
         args["delays"] = [float(i.delay) for i in items]
         args["errors"] = [i.error for i in items]
         args["consume"] = [bool(i.consume_attempt) for i in items]
@@ -454,7 +318,7 @@ class PostgresStore:
         """RUNNING -> FAILED (dead letter)."""
         if not items:
             return set()
-        args = _lease_args(owner, items)
+        args = rows.lease_args(owner, items)
         args["errors"] = [i.error for i in items]
         return self._write_ids("job_fail_many", args)
 
@@ -462,13 +326,13 @@ class PostgresStore:
         """RUNNING -> PENDING, due now, attempt refunded (claimed but never started)."""
         if not items:
             return set()
-        return self._write_ids("job_release_many", _lease_args(owner, items))
+        return self._write_ids("job_release_many", rows.lease_args(owner, items))
 
     def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
         """Extend the given held, unexpired leases to now() + seconds; returns the ids renewed."""
         if not items:
             return set()
-        args = _lease_args(owner, items)
+        args = rows.lease_args(owner, items)
         args["seconds"] = float(seconds)
         return self._write_ids("lease_renew", args)
 
@@ -476,18 +340,20 @@ class PostgresStore:
         """Which of these leases this owner still holds (the reconcile pass)."""
         if not items:
             return set()
-        return {str(row[0]) for row in self._fetch("lease_held", _lease_args(owner, items))}
+        return {str(row[0]) for row in self._fetch("lease_held", rows.lease_args(owner, items))}
 
     def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
         """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
-        for attempt in range(1, _WRITE_ATTEMPTS + 1):
+        args = {
+            "limit": limit,
+            "expired_error": LEASE_EXPIRED_ERROR,
+            "exhausted_error": LEASE_EXHAUSTED_ERROR,
+        }
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                return [
-                    rows.reclaimed(r)
-                    for r in self._fetch("lease_recover_expired", {"limit": limit})
-                ]
-            except _RETRYABLE:
-                if self._bound is not None or attempt == _WRITE_ATTEMPTS:
+                return [rows.reclaimed(r) for r in self._fetch("lease_recover_expired", args)]
+            except RETRYABLE:
+                if self._bound is not None or attempt == WRITE_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -515,7 +381,7 @@ class PostgresStore:
 
     def job_find(self, params: FindParams) -> list[JobSummary]:
         """Jobs matching the filters, newest first."""
-        args = _filter_args(params)
+        args = rows.filter_args(params)
         args["statuses"] = (
             None if params.statuses is None else [JobStatus(s).value for s in params.statuses]
         )
@@ -547,87 +413,11 @@ class PostgresStore:
         value = self._fetch("job_oldest_due_age")[0][0]
         return None if value is None else max(float(value), 0.0)
 
-    def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
-        """Delete matching live jobs; NOTIFY the ids of running ones on the cancel channel.
-
-        ``reason`` is for the caller's own signalling; it is not stored or sent.
-
-        Rows held by transactional handlers (an open claim transaction locks the row): the
-        DELETE first waits for row locks only briefly; if that runs out, the rows of the
-        selector that are locked are announced on the cancel channel (and to this process's
-        workers), so their workers abort the handlers and end their transactions, and the
-        DELETE runs again, waiting for real. Pending-only cancels skip locked rows: they are
-        running work. See ``sql/queries/cancel.sql``.
-        """
-        if selector.job_ids:
-            kind = "ids"
-            args: dict[str, Any] = {"ids": rows.int_ids(selector.job_ids)}
-        elif selector.scope is not None:
-            kind = "scope"
-            args = {"scope_type": selector.scope[0], "scope_id": selector.scope[1]}
-        elif selector.type is not None and selector.dedupe_keys:
-            kind = "keys"
-            args = {"type": selector.type, "keys": list(selector.dedupe_keys)}
-        else:
-            return []
-        if selector.pending_only:
-            name = "job_cancel_pending_" + kind
-        else:
-            name = "job_cancel_" + kind
-            args["pending_only"] = False
-        cancel_channel = self.channels()[1]
-        # Not inside a caller's transaction: a lock timeout would abort it, and an
-        # announcement would only be delivered at its commit. There the DELETE just waits.
-        brief = not selector.pending_only and self._bound is None
-        deadlocks = 0
-        while True:
-            try:
-                with self._transaction() as conn:
-                    if brief:
-                        conn.execute(self._q["cancel_brief_lock_wait"],
-                                     {"ms": str(_CANCEL_BRIEF_WAIT_MS)})
-                    found = conn.execute(self._q[name], args).fetchall()
-                    deleted = [rows.cancelled(r) for r in found]
-                    running = [int(job.id) for job in deleted if job.was_running]
-                    for chunk in rows.json_array_chunks(running):
-                        conn.execute(
-                            self._q["notify"], {"channel": cancel_channel, "payload": chunk}
-                        )
-                break
-            except pg_errors.LockNotAvailable:
-                if not brief:
-                    raise
-                brief = False
-                self._announce_locked(kind, args, cancel_channel, reason)
-            except pg_errors.DeadlockDetected:
-                # Deleting many rows can deadlock with a batch write locking them in another
-                # order; the delete is idempotent, so run it again.
-                deadlocks += 1
-                if self._bound is not None or deadlocks >= _WRITE_ATTEMPTS:
-                    raise
-        if deleted:
-            log.info("jobs cancelled", count=len(deleted), running=len(running))
-        return deleted
-
-    def _announce_locked(
-        self, kind: str, args: dict[str, Any], channel: str, reason: str | None
-    ) -> None:
-        """NOTIFY (committed at once) the live rows of a cancel that another transaction
-        holds locked, and abort them in this process's workers, before the DELETE waits."""
-        locked = [int(r[0]) for r in self._fetch("job_cancel_locked_" + kind, args)]
-        if not locked:
-            return
-        with self._connection() as conn:
-            for chunk in rows.json_array_chunks(locked):
-                conn.execute(self._q["notify"], {"channel": channel, "payload": chunk})
-        _local.abort(self, [str(i) for i in locked], reason or "cancelled")
-        log.info("cancel announced locked jobs", count=len(locked))
-
     def job_retry_failed(self, params: FindParams) -> int:
         """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all."""
         jobs_channel = self.channels()[0]
         with self._transaction() as conn:
-            revived = conn.execute(self._q["job_retry_failed"], _filter_args(params)).fetchall()
+            revived = conn.execute(self._q["job_retry_failed"], rows.filter_args(params)).fetchall()
             types = sorted({row[1] for row in revived})
             if types:
                 chunks = rows.json_array_chunks(types)
@@ -656,71 +446,6 @@ class PostgresStore:
             cur = conn.execute(self._q["job_prune"], args)
             return max(cur.rowcount, 0)
 
-    # -- schedules ---------------------------------------------------------------------------------
-    def schedule_upsert(self, params: ScheduleParams) -> None:
-        """Create or update a schedule by key."""
-        scope = params.scope
-        args = {
-            "key": params.key,
-            "type": params.type,
-            "payload": rows.jsonb(params.payload),
-            "scope_type": None if scope is None else scope[0],
-            "scope_id": None if scope is None else scope[1],
-            "priority": params.priority,
-            "max_attempts": params.max_attempts,
-            "cron": params.cron,
-            "every_seconds": params.every_seconds,
-            "timezone": params.timezone,
-            "repeat_from": params.repeat_from,
-            "first_run_at": params.first_run_at,
-        }
-        with self._connection() as conn:
-            conn.execute(self._q["schedule_upsert"], args)
-
-    def schedule_delete(self, key: str) -> bool:
-        """Remove a schedule; True when it existed."""
-        return bool(self._fetch("schedule_delete", {"key": key}))
-
-    def schedule_list(self) -> list[ScheduleSummary]:
-        """Every schedule, by key."""
-        return [rows.schedule(r) for r in self._fetch("schedule_list")]
-
-    def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
-        """Enqueue one job per due schedule and advance it; returns the new job ids."""
-        with self._transaction() as conn:
-            conn.execute(self._q["schedule_resume_finished"])
-            due = conn.execute(self._q["schedule_claim_due"], {"limit": limit}).fetchall()
-            keys: list[str] = []
-            nexts: list[datetime | None] = []
-            for key, job_type, cron, every, timezone, repeat_from, next_run_at, db_now in due:
-                tick = DueSchedule(
-                    key=key,
-                    type=job_type,
-                    cron=cron,
-                    every_seconds=every,
-                    timezone=timezone,
-                    repeat_from=repeat_from,
-                    next_run_at=next_run_at,
-                )
-                try:
-                    nxt = next_tick(tick, db_now)
-                except Exception as exc:  # noqa: BLE001 - one bad schedule must not stop the rest
-                    log.warning(
-                        "schedule next tick failed",
-                        key=key,
-                        type=job_type,
-                        error=type(exc).__name__,
-                    )
-                    continue
-                keys.append(key)
-                nexts.append(nxt)
-            if not keys:
-                return []
-            fired = conn.execute(
-                self._q["schedule_fire"], {"keys": keys, "next_run_ats": nexts}
-            ).fetchall()
-        return [str(row[0]) for row in fired]
-
     # -- plumbing ----------------------------------------------------------------------------------
     def now(self) -> datetime:
         """The database clock: ``now()``."""
@@ -739,27 +464,3 @@ class PostgresStore:
             connect_kwargs=kwargs,
         )
 
-
-def _plain_id(value: str) -> bool:
-    """A decimal string that fits a bigint: what our ids look like."""
-    return 0 < len(value) < 19 and value.isascii() and value.isdigit()
-
-
-def _lease_args(owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]) -> dict[str, Any]:
-    # Ids and tokens travel as text array literals ("{1,2,3}", cast to bigint[] in SQL):
-    # psycopg dumps a Python list element by element, which costs more than the statement
-    # for a batch of a hundred. Ids are our decimal strings; one that cannot be ours becomes
-    # -1, which matches no job.
-    ids = ",".join(i.id if _plain_id(i.id) else "-1" for i in items)
-    tokens = ",".join(str(int(i.token)) for i in items)
-    return {"owner": owner, "ids": "{" + ids + "}", "tokens": "{" + tokens + "}"}
-
-
-def _filter_args(params: FindParams) -> dict[str, Any]:
-    return {
-        "types": None if params.types is None else list(params.types),
-        "scope_type": params.scope_type,
-        "scope_id": params.scope_id,
-        "limit": params.limit,
-        "skip": params.skip or 0,
-    }

@@ -35,7 +35,7 @@ def sql_dir() -> Traversable:
             return root
     except ModuleNotFoundError:  # pragma: no cover - depends on how the package is installed
         pass
-    return Path(__file__).resolve().parents[2] / "sql"
+    return Path(__file__).resolve().parents[3] / "sql"
 
 
 def trusted_sql(text: str) -> sql.SQL:

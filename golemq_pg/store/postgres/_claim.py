@@ -23,9 +23,9 @@ import psycopg
 import structlog
 
 from golemq_pg._types import Resource
-from golemq_pg.store._pg_rows import claimed
-from golemq_pg.store._sql import Queries, RawStatement
 from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
+from golemq_pg.store.postgres._rows import claimed
+from golemq_pg.store.postgres._sql import Queries, RawStatement
 
 log = structlog.get_logger("golemq_pg.store.claim")
 

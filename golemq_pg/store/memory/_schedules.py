@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from golemq_pg._types import JobStatus, ScheduleSummary
-from golemq_pg.store._memory_rows import JobTable, ScheduleRow
+from golemq_pg.store.memory._rows import JobTable, ScheduleRow
 from golemq_pg.store.port import DueSchedule, ScheduleParams
 
 

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 import orjson
 
 from golemq_pg._types import JobStatus, Resource, Scope
-from golemq_pg.store._memory_rows import JobRow, JobTable, RateBudget
+from golemq_pg.store.memory._rows import JobRow, JobTable, RateBudget
 from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
 
 

@@ -18,7 +18,7 @@ import structlog
 from psycopg import sql
 
 from golemq_pg._validation import check_schema
-from golemq_pg.store._sql import sql_dir, trusted_sql
+from golemq_pg.store.postgres._sql import sql_dir, trusted_sql
 
 log = structlog.get_logger("golemq_pg.store.migrations")
 
@@ -108,7 +108,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
                 (migration.version, migration.name),
             )
         applied.append(migration.name)
-        log.info("migration applied", schema=schema, migration=migration.name)
+        log.info("migration_applied", schema=schema, migration=migration.name)
     return applied
 
 

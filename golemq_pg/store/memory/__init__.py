@@ -1,0 +1,17 @@
+"""The JobStore port without a database: :class:`InMemoryStore`, for tests and scripts.
+
+This package is the privacy boundary of the in-memory store: its ``__all__`` is the public
+surface, and every module inside it is private (``_name``):
+
+* ``_store``: :class:`InMemoryStore` itself (every verb, under one lock);
+* ``_rows``: its rows (jobs, schedules, rate budgets), the jobs table with its row
+  transitions, and its listener;
+* ``_claim``: the claim, sequenced like the PostgreSQL one;
+* ``_admin``: inspection and administration over the jobs table (stats, cancel, revive,
+  prune);
+* ``_schedules``: recurring schedules.
+"""
+
+from golemq_pg.store.memory._store import Clock, InMemoryStore
+
+__all__ = ["Clock", "InMemoryStore"]

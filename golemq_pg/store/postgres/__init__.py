@@ -1,0 +1,19 @@
+"""The JobStore port on PostgreSQL: :class:`PostgresStore`, the only code that issues SQL.
+
+This package is the privacy boundary of the PostgreSQL store: its ``__all__`` is the public
+surface, and every module inside it is private (``_name``):
+
+* ``_store``: :class:`PostgresStore` itself (lifecycle, producer, consumer, inspection);
+* ``_connections``: the pool it owns or wraps, and the per-verb connection helpers;
+* ``_cancel`` and ``_schedules``: the cancel verb and the schedule verbs;
+* ``_claim``: the claim (fast path and guarded path);
+* ``_rows``: rows and parameters <-> the port's value types;
+* ``_sql``: loading ``sql/queries`` and composing it per schema;
+* ``_migrations``: ``migrate()`` and :func:`migration_script`;
+* ``_listener``: the LISTEN connection of a worker.
+"""
+
+from golemq_pg.store.postgres._migrations import migration_script
+from golemq_pg.store.postgres._store import PostgresStore
+
+__all__ = ["PostgresStore", "migration_script"]
