@@ -10,11 +10,14 @@ from typing import Any
 import psycopg
 import pytest
 import structlog
-from _support import FaultEnv, report, type_spec, wait_until
 from psycopg import sql
 
 from golemq_pg import InMemoryStore, Queue, Worker
 from golemq_pg.store._listener import PgListener
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -17,11 +17,14 @@ import time
 from collections import Counter
 
 import pytest
-from _support import FaultEnv, env_seconds, report, type_spec, wait_until
 from psycopg import sql
 
 from golemq_pg import Resource
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import env_seconds, report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -11,9 +11,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from _support import FaultEnv, report, type_spec, wait_until
 
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -20,8 +20,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from _support import FaultEnv, env_seconds, report, type_spec, wait_until
 from psycopg import sql
+
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import env_seconds, report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

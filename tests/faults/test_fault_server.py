@@ -22,17 +22,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from _support import (
-    FaultEnv,
-    OutageProxy,
-    ServerControl,
-    env_seconds,
-    report,
-    type_spec,
-    wait_until,
-)
 
 from golemq_pg import PostgresStore, Queue
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import env_seconds, report
+from tests.support.outage_proxy import OutageProxy
+from tests.support.server_control import ServerControl
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import psycopg
 import structlog
-from test_worker_helpers import effects, effects_table, record_effect, wait_until
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Retention, Worker
+from tests.support.ledgers import effects, effects_table, record_effect
+from tests.support.waiting import wait_until
 
 
 def test_a_type_blocked_for_many_polls_logs_what_blocks_it(store: Any) -> None:

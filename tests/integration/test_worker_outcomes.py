@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import structlog
-from test_worker_helpers import Recorder, wait_until
 
 from golemq_pg import (
     BatchEvent,
@@ -24,6 +23,8 @@ from golemq_pg import (
     Transition,
     Worker,
 )
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
 
 CANARY = "canary-secret-w42"
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from psycopg import sql
-from test_worker_helpers import effects, effects_table
 
 from golemq_pg import (
     InMemoryStore,
@@ -17,14 +15,7 @@ from golemq_pg import (
     QueueConfigError,
     Worker,
 )
-
-
-def _insert(event: JobEvent[Any], schema: str, worker: str) -> None:
-    event.connection.execute(
-        sql.SQL("INSERT INTO {}.effects (job_id, attempt, worker, pid) VALUES (%s, %s, %s, 0)")
-        .format(sql.Identifier(schema)),
-        (event.id, event.attempt, worker),
-    )
+from tests.support.ledgers import effects, effects_table, insert_effect
 
 
 def test_writes_commit_with_the_completion(pg_store: PostgresStore, pg_dsn: str) -> None:
@@ -36,7 +27,7 @@ def test_writes_commit_with_the_completion(pg_store: PostgresStore, pg_dsn: str)
     @worker.handler("tx", transactional=True, concurrency=2)
     def tx(event: JobEvent[Any]) -> None:
         assert event.connection is not None
-        _insert(event, schema, "tx")
+        insert_effect(event, schema, "tx")
         event.progress({"written": 1})
 
     ids = [queue.add("tx", {"n": n}) for n in range(6)]
@@ -57,7 +48,7 @@ def test_a_failed_attempt_rolls_its_writes_back(pg_store: PostgresStore, pg_dsn:
 
     @worker.handler("tx-flaky", transactional=True)
     def flaky(event: JobEvent[Any]) -> None:
-        _insert(event, schema, "tx")
+        insert_effect(event, schema, "tx")
         if event.attempt == 1:
             raise RuntimeError("after writing")
 
@@ -80,7 +71,7 @@ def test_terminal_failure_in_a_transactional_handler(pg_store: PostgresStore,
 
     @worker.handler("tx-dead", transactional=True)
     def dead(event: JobEvent[Any]) -> bool:
-        _insert(event, pg_store.schema, "tx")
+        insert_effect(event, pg_store.schema, "tx")
         return False
 
     job_id = queue.add("tx-dead", {}, max_attempts=1)

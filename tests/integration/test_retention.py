@@ -15,11 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import wait_until
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Retention, Worker
 from golemq_pg.store.port import ClaimRequest, FailItem, LeaseRef, TypeSlots
 from golemq_pg.worker import maintenance
+from tests.support.waiting import wait_until
 
 BATCH = 7
 

@@ -15,7 +15,6 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import kill_leftovers, spawn_script, stop_gracefully
 
 from golemq_pg import (
     InMemoryStore,
@@ -28,40 +27,22 @@ from golemq_pg import (
 )
 from golemq_pg._schedule import next_tick
 from golemq_pg.testing import FakeClock, memory_store
+from tests.support.workers import kill_leftovers, spawn, stop_gracefully, worker_config
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
 # -- three worker processes, one 1-second schedule ------------------------------------------
 
-#: A worker process that declares the shared schedule itself (as every process of an
-#: application would at start-up), then runs until SIGTERM, recording each run.
-#: argv: dsn schema worker_id
-SCHEDULE_WORKER = r"""
-import os, sys
-from psycopg import sql
-from golemq_pg import PostgresStore, Queue, Worker
-
-dsn, schema, worker_id = sys.argv[1], sys.argv[2], sys.argv[3]
-store = PostgresStore.connect(dsn, schema=schema, max_size=6)
-Queue(store).schedule("tick", "tick", {"every": "second"}, every=1, repeat_from="run_at")
-worker = Worker(store, worker_id=worker_id, poll_interval=0.5, shutdown_grace=5)
-insert = sql.SQL("INSERT INTO {}.ticks (job_id, worker, pid) VALUES (%s, %s, %s)"
-                 ).format(sql.Identifier(schema))
-
-@worker.handler("tick", concurrency=2)
-def tick(job):
-    with store.pool.connection() as conn:
-        conn.execute(insert, (job.id, worker_id, os.getpid()))
-
-print("ready", flush=True)
-worker.run()
-store.close()
-print("exited", flush=True)
-"""
-
 
 def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
-    return spawn_script(SCHEDULE_WORKER, dsn, schema, worker_id)
+    """A worker process that declares the shared schedule itself (as every process of an
+    application would at start-up), then runs until SIGTERM, recording each run in ticks."""
+    return spawn(worker_config(
+        dsn, schema, worker_id, store={"max_size": 6},
+        schedules=[["tick", "tick", {"every": "second"}, {"every": 1, "repeat_from": "run_at"}]],
+        worker={"poll_interval": 0.5, "shutdown_grace": 5},
+        handlers=[{"type": "tick", "options": {"concurrency": 2}, "ledger": "ticks"}],
+    ))
 
 
 def _query(dsn: str, schema: str, text: str) -> list[tuple[Any, ...]]:

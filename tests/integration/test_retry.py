@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from test_worker_helpers import Recorder, wait_until
 
 from golemq_pg import (
     JobEvent,
@@ -24,6 +22,9 @@ from golemq_pg import (
     Worker,
 )
 from golemq_pg.testing import memory_store
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
+from tests.support.workers import start_process, worker_config
 
 EXHAUSTED = "LeaseExpired: attempts exhausted after lease expiry"
 LOST = "LeaseExpired: lease expired before the job finished (worker lost)"
@@ -208,32 +209,16 @@ def test_a_terminal_error_skips_the_strategy(store: Any) -> None:
 
 # -- the reaper after a SIGKILLed worker -----------------------------------------------------
 
-#: A worker whose handler blocks until killed; lease renewed every 0.2 s while alive.
-#: argv: dsn schema
-HANGING_WORKER = r"""
-import sys, time
-from golemq_pg import PostgresStore, Worker
-
-store = PostgresStore.connect(sys.argv[1], schema=sys.argv[2], max_size=4)
-worker = Worker(store, worker_id="doomed-worker", poll_interval=0.05, lease_duration=1,
-                lease_renew_interval=0.2)
-
-@worker.handler("crash")
-def crash(job):
-    print("running", job.id, flush=True)
-    time.sleep(120)
-
-print("ready", flush=True)
-worker.run()
-"""
-
 
 def _run_until_killed(pg_dsn: str, schema: str) -> str:
     """Start the hanging worker, wait until it runs a job, SIGKILL it; returns the job id."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HANGING_WORKER, pg_dsn, schema],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    # Its handler blocks until killed; the lease is renewed every 0.2 s while it is alive.
+    proc = start_process(worker_config(
+        pg_dsn, schema, "doomed-worker", store={"max_size": 4},
+        worker={"poll_interval": 0.05, "lease_duration": 1, "lease_renew_interval": 0.2},
+        handlers=[{"type": "crash", "announce": "running", "sleep": 120,
+                   "sleep_mode": "ignore"}],
+    ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert proc.stdout is not None
         line: list[str] = []

@@ -8,87 +8,20 @@ which is the system-wide CLOCK_MONOTONIC on Linux, so the timestamps compare dir
 
 from __future__ import annotations
 
-import os
 import queue as queue_mod
 import random
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_worker_helpers import Recorder, wait_until
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
-
-#: A canceller process. stdin: "id <job_id>" or "scope <type> <id>"; stdout per command:
-#: "done <count> <monotonic before the call> <monotonic after it returned>".
-CANCELLER = r"""
-import sys, time
-import structlog
-from golemq_pg import PostgresStore, Queue
-
-structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-
-store = PostgresStore.connect(sys.argv[1], schema=sys.argv[2], max_size=2)
-queue = Queue(store)
-store.now()  # connect before the first command, so it measures the cancel alone
-print("ready", flush=True)
-for line in sys.stdin:
-    parts = line.split()
-    if not parts:
-        continue
-    before = time.monotonic()
-    if parts[0] == "id":
-        count = int(queue.cancel(parts[1], reason="remote cancel"))
-    else:
-        count = queue.cancel_for_scope((parts[1], parts[2]), reason="remote cancel")
-    after = time.monotonic()
-    print("done", count, repr(before), repr(after), flush=True)
-store.close()
-"""
-
-
-class Canceller:
-    """The canceller subprocess, driven line by line."""
-
-    def __init__(self, dsn: str, schema: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", CANCELLER, dsn, schema],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        assert self._line() == "ready"
-
-    def _line(self) -> str:
-        """The next protocol line ("ready" / "done ..."), skipping anything else."""
-        assert self.proc.stdout is not None
-        while True:
-            line = self.proc.stdout.readline()
-            assert line, "the canceller process exited"
-            if line.startswith(("ready", "done")):
-                return line.strip()
-
-    def run(self, command: str) -> tuple[int, float, float]:
-        """Send one command; returns (count cancelled, monotonic before, monotonic after)."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        word, count, before, after = self._line().split()
-        assert word == "done"
-        return int(count), float(before), float(after)
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
+from tests.support.workers import Canceller
 
 
 @pytest.fixture

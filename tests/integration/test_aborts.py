@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 import structlog
-from test_worker_helpers import Recorder, wait_until
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
 from golemq_pg.errors import JobAborted
 from golemq_pg.store.port import CancelFilter
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
 
 
 def fast_worker(store: Any, **options: Any) -> Worker:

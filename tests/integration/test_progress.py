@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_worker_helpers import wait_until
 
 from golemq_pg import InMemoryStore, JobEvent, JobStatus, PostgresStore, Queue, Worker
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.waiting import wait_until
 
 #: The reporter's coalescing interval (golemq_pg.worker.progress.ProgressReporter).
 INTERVAL = 0.2

@@ -16,10 +16,10 @@ from typing import Any, TypedDict
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import kill_leftovers, spawn_script, stop_gracefully
 
 from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Worker
 from golemq_pg.testing import memory_store
+from tests.support.workers import kill_leftovers, spawn, stop_gracefully, worker_config
 
 
 class DigestPayload(TypedDict):
@@ -34,54 +34,21 @@ PER_GROUP = 50
 MAX_BATCH = 20
 CONCURRENCY = 3
 
-#: A worker process with a grouped handler. Each batch is written to the ledger, one row per
-#: job: (job_id, grp, seq, attempt, batch, pid, started, ended, ok). A batch whose jobs are
-#: all on their first attempt and that holds a message with seq % 23 == 0 fails once, so
-#: "failure retries every one" is exercised without ever exhausting an attempt budget.
-#: argv: dsn schema worker_id
-GROUPED_WORKER = r"""
-import itertools, os, random, sys, threading, time
-from psycopg import sql
-from golemq_pg import PostgresStore, Worker
-
-dsn, schema, worker_id = sys.argv[1], sys.argv[2], sys.argv[3]
-store = PostgresStore.connect(dsn, schema=schema, max_size=8)
-worker = Worker(store, worker_id=worker_id, poll_interval=0.2, base_backoff=0, max_backoff=0,
-                shutdown_grace=5)
-insert = sql.SQL(
-    "INSERT INTO {}.ledger (job_id, grp, seq, attempt, batch, pid, started, ended, ok) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(sql.Identifier(schema))
-counter = itertools.count()
-lock = threading.Lock()
-
-@worker.handler("digest", grouped=True, max_batch=int(os.environ["MAX_BATCH"]),
-                concurrency=int(os.environ["CONCURRENCY"]))
-def digest(batch):
-    with lock:
-        batch_no = f"{worker_id}:{next(counter)}"
-    started = time.time()
-    time.sleep(random.uniform(0.05, 0.15))
-    poisoned = (all(j.attempt == 1 for j in batch.jobs)
-                and any(j.payload["seq"] % 23 == 0 for j in batch.jobs))
-    ended = time.time()
-    rows = [(j.id, j.payload["group"], j.payload["seq"], j.attempt, batch_no, os.getpid(),
-             started, ended, not poisoned) for j in batch.jobs]
-    with store.pool.connection() as conn:
-        with conn.cursor() as cur:
-            cur.executemany(insert, rows)
-    if poisoned:
-        raise RuntimeError("poisoned once")
-
-print("ready", flush=True)
-worker.run()
-store.close()
-print("exited", flush=True)
-"""
-
 
 def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
-    return spawn_script(GROUPED_WORKER, dsn, schema, worker_id,
-                        env={"MAX_BATCH": str(MAX_BATCH), "CONCURRENCY": str(CONCURRENCY)})
+    """A worker process with a grouped handler. Each batch is written to the ledger, one row
+    per job: (job_id, grp, seq, attempt, batch, pid, started, ended, ok). A batch whose jobs
+    are all on their first attempt and that holds a message with seq % 23 == 0 fails once,
+    so "failure retries every one" is exercised without ever exhausting an attempt budget."""
+    return spawn(worker_config(
+        dsn, schema, worker_id, store={"max_size": 8},
+        worker={"poll_interval": 0.2, "base_backoff": 0, "max_backoff": 0,
+                "shutdown_grace": 5},
+        handlers=[{"type": "digest", "ledger": "batches", "sleep": [0.05, 0.15],
+                   "options": {"grouped": True, "max_batch": MAX_BATCH,
+                               "concurrency": CONCURRENCY},
+                   "fail_first_batch_when": {"field": "seq", "multiple_of": 23}}],
+    ))
 
 
 def _count_succeeded(dsn: str, schema: str) -> int:

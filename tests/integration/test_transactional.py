@@ -11,7 +11,6 @@ import os
 import queue as queue_mod
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -20,49 +19,12 @@ from typing import Any
 import psycopg
 import pytest
 import structlog
-from psycopg import sql
-from test_issue6_cancel import Canceller
-from test_worker_helpers import Recorder, effects, effects_table, job_rows, wait_until
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Resource, Worker
-
-#: A worker process with a transactional handler: it writes its effect, then, for jobs with
-#: n >= block_from, prints "wrote <id>" and blocks (the test SIGKILLs it there).
-#: argv: dsn schema worker_id block_from
-TX_WORKER = r"""
-import os, sys, threading, time
-import structlog
-from psycopg import sql
-from golemq_pg import PostgresStore, Worker
-
-structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-dsn, schema, worker_id, block_from = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-# Four handlers each hold a connection for their whole transaction; the claim loop,
-# completer and maintenance share the rest.
-store = PostgresStore.connect(dsn, schema=schema, max_size=8)
-worker = Worker(store, worker_id=worker_id, poll_interval=0.05)
-insert = sql.SQL("INSERT INTO {}.effects (job_id, attempt, worker, pid) VALUES (%s, %s, %s, %s)"
-                 ).format(sql.Identifier(schema))
-
-# print() from four threads can interleave its pieces ("wrote wrote7"): one locked write
-# per line keeps every line whole for the test to parse.
-out = threading.Lock()
-
-def say(line):
-    with out:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-
-@worker.handler("charge", transactional=True, concurrency=4)
-def charge(job):
-    job.connection.execute(insert, (job.id, job.attempt, worker_id, os.getpid()))
-    if job.payload["n"] >= block_from:
-        say("wrote " + job.id)
-        time.sleep(120)  # a long handler, its effect written but not committed
-
-say("ready")
-worker.run()
-"""
+from tests.support.ledgers import effects, effects_table, insert_effect, job_rows
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
+from tests.support.workers import Canceller, start_process, worker_config
 
 
 @pytest.fixture
@@ -78,11 +40,18 @@ def _add(queue: Queue, job_type: str, payload: dict[str, Any], **options: Any) -
     return job_id
 
 
-def _insert_effect(event: JobEvent[Any], schema: str, worker: str) -> None:
-    event.connection.execute(
-        sql.SQL("INSERT INTO {}.effects (job_id, attempt, worker, pid) VALUES (%s, %s, %s, %s)")
-        .format(sql.Identifier(schema)),
-        (event.id, event.attempt, worker, os.getpid()),
+def tx_worker(dsn: str, schema: str, worker_id: str, *, block_from: int) -> dict[str, Any]:
+    """A worker process with a transactional handler: it writes its effect, then, for jobs
+    with n >= block_from, prints "wrote <id>" and blocks (the test SIGKILLs it there)."""
+    return worker_config(
+        dsn, schema, worker_id, logs="stderr",
+        # Four handlers each hold a connection for their whole transaction; the claim loop,
+        # completer and maintenance share the rest.
+        store={"max_size": 8}, worker={"poll_interval": 0.05},
+        handlers=[{"type": "charge", "options": {"transactional": True, "concurrency": 4},
+                   "ledger": "effects_in_transaction",
+                   "block_when": {"field": "n", "at_least": block_from, "print": "wrote",
+                                  "seconds": 120}}],
     )
 
 
@@ -113,10 +82,8 @@ def test_sigkill_mid_handler_leaves_no_effect_and_each_job_has_one(
     schema = effects_schema
     queue = Queue(pg_store)
     ids = [_add(queue, "charge", {"n": n}) for n in range(20)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", TX_WORKER, pg_dsn, schema, "first", "6"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
+    proc = start_process(tx_worker(pg_dsn, schema, "first", block_from=6),
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         lines = _lines(proc)
         _next(lines, "ready")
@@ -144,7 +111,7 @@ def test_sigkill_mid_handler_leaves_no_effect_and_each_job_has_one(
 
     @second.handler("charge", transactional=True, concurrency=4)
     def charge(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "second")
+        insert_effect(event, schema, "second")
 
     second.start()
     try:
@@ -178,8 +145,8 @@ def test_a_raising_handler_leaves_no_effect_and_is_retried(
 
     @worker.handler("flaky", transactional=True, concurrency=2)
     def flaky(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "w")
-        _insert_effect(event, schema, "w")  # two writes, both must roll back
+        insert_effect(event, schema, "w")
+        insert_effect(event, schema, "w")  # two writes, both must roll back
         if event.attempt == 1:
             raise ValueError("boom after writing")
 
@@ -210,7 +177,7 @@ def test_timeouts_are_enforced_on_long_statements_and_in_python(
 
     @worker.handler("slow-sql", transactional=True, timeout=0.5)
     def slow_sql(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "w")
+        insert_effect(event, schema, "w")
         if event.attempt == 1:
             started = time.monotonic()
             try:
@@ -223,7 +190,7 @@ def test_timeouts_are_enforced_on_long_statements_and_in_python(
 
     @worker.handler("slow-python", transactional=True, timeout=0.3)
     def slow_python(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "w")
+        insert_effect(event, schema, "w")
         if event.attempt == 1:
             time.sleep(0.8)  # ignores its signal: the late success must not commit
 
@@ -262,7 +229,7 @@ def test_cancel_from_another_process_aborts_a_transactional_handler(
 
     @worker.handler("tx-long", transactional=True)
     def long_one(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "w")
+        insert_effect(event, schema, "w")
         started.set()
         try:
             if blocked_in == "statement":
@@ -308,7 +275,7 @@ def test_pending_only_cancel_skips_a_running_transactional_job(
 
     @worker.handler("tx-held", transactional=True)
     def held(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "w")
+        insert_effect(event, schema, "w")
         started.set()
         assert gate.wait(20)
 
@@ -341,7 +308,7 @@ def test_same_process_cancel_without_notify_interrupts_a_transactional_handler(
 
     @worker.handler("tx-quiet", transactional=True)
     def quiet(event: JobEvent[Any]) -> None:
-        _insert_effect(event, schema, "w")
+        insert_effect(event, schema, "w")
         started.set()
         try:
             event.connection.execute("SELECT pg_sleep(25)")
