@@ -4,4 +4,5 @@ live in tests/support/. tests/README.md says where a new test, fixture or helper
 pytest_plugins = [
     "tests.plugins.database",
     "tests.plugins.faults",
+    "tests.plugins.ledgers",
 ]

@@ -16,9 +16,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from golemq_pg.store.port import CancelFilter
+from tests.support.in_process import add_job, fast_worker
+from tests.support.ledgers import effects, insert_effect
 from tests.support.observers import Recorder
 from tests.support.waiting import wait_until
 from tests.support.workers import Canceller
@@ -311,3 +315,256 @@ def test_cancel_return_values_count_what_was_cancelled(store: Any) -> None:
     summary = queue.get(done)
     assert summary is not None
     assert summary.status is JobStatus.SUCCEEDED
+
+
+def test_cancel_in_the_same_process_aborts_synchronously(store: Any) -> None:
+    queue = Queue(store)
+    rec = Recorder()
+    worker = fast_worker(store, observers=[rec])
+    started = threading.Event()
+    outcome: list[str | None] = []
+    signals: list[Any] = []
+
+    @worker.handler("cancellable")
+    def cancellable(job: JobEvent[Any]) -> None:
+        signals.append(job.signal)
+        started.set()
+        job.signal.wait(30)
+        outcome.append(job.signal.reason)
+        job.signal.raise_if_cancelled()
+
+    job_id = queue.add("cancellable", {}, scope=("Doc", "d1"))
+    assert job_id
+    worker.start()
+    try:
+        assert started.wait(10)
+        assert queue.cancel_for_scope(("Doc", "d1"), reason="doc deleted") == 1
+        # Synchronous: the signal fired before cancel returned (by the in-process registry,
+        # or by the NOTIFY path when that won the race).
+        assert signals[0].cancelled
+        assert signals[0].reason == "cancelled"
+        transitions = rec.wait_for("cancelled")
+        assert [t.job_id for t in transitions] == [job_id]
+        assert transitions[0].error in ("doc deleted", None)
+        wait_until(lambda: outcome, timeout=5)
+        assert outcome == ["cancelled"]
+    finally:
+        worker.stop()
+    assert queue.get(job_id) is None
+    assert "succeeded" not in rec.outcomes(job_id)
+    assert "lease-lost" not in rec.outcomes(job_id)
+
+
+
+def test_cancel_from_another_process_arrives_by_notify(pg_store: PostgresStore,
+                                                       pg_dsn: str) -> None:
+    # A second store object stands for another process: different identity is not needed,
+    # so use a fresh connection pool to the same schema and keep the worker's store apart.
+    other = PostgresStore.connect(pg_dsn, schema=pg_store.schema, max_size=2)
+    try:
+        queue = Queue(other)
+        worker = Worker(pg_store, poll_interval=30)  # polling and reconcile far away
+        started = threading.Event()
+        reasons: list[str | None] = []
+
+        @worker.handler("remote")
+        def remote(job: JobEvent[Any]) -> None:
+            started.set()
+            job.signal.wait(30)
+            reasons.append(job.signal.reason)
+
+        job_id = Queue(pg_store).add("remote", {})
+        assert job_id
+        worker.start()
+        try:
+            assert started.wait(10)
+            t0 = time.monotonic()
+            # Bypass the in-process registry: cancel through the other store only.
+            cancelled = other.job_cancel(CancelFilter(job_ids=[job_id]), "elsewhere")
+            assert [c.id for c in cancelled] == [job_id]
+            wait_until(lambda: reasons, timeout=5)
+            assert time.monotonic() - t0 < 2  # far below the 30 s poll: the NOTIFY did it
+            assert reasons == ["cancelled"]
+        finally:
+            worker.stop(timeout=1)
+        assert queue.get(job_id) is None
+    finally:
+        other.close()
+
+
+
+def test_reconcile_catches_cancels_without_notify(pg_store: PostgresStore, pg_dsn: str) -> None:
+    other = PostgresStore.connect(pg_dsn, schema=pg_store.schema, max_size=2)
+    try:
+        worker = Worker(pg_store, poll_interval=0.2, notify=False)
+        started = threading.Event()
+        reasons: list[str | None] = []
+
+        @worker.handler("quiet")
+        def quiet(job: JobEvent[Any]) -> None:
+            started.set()
+            job.signal.wait(30)
+            reasons.append(job.signal.reason)
+
+        job_id = Queue(pg_store).add("quiet", {})
+        assert job_id
+        worker.start()
+        try:
+            assert started.wait(10)
+            other.job_cancel(CancelFilter(job_ids=[job_id]), None)
+            wait_until(lambda: reasons, timeout=5)
+            assert reasons == ["cancelled"]
+        finally:
+            worker.stop(timeout=1)
+    finally:
+        other.close()
+
+
+
+def test_cancel_of_a_buffered_job_never_runs_it(store: Any) -> None:
+    queue = Queue(store)
+    worker = fast_worker(store, batch_size=10)
+    gate = threading.Event()
+    ran: list[int] = []
+    first_started = threading.Event()
+
+    @worker.handler("serial", concurrency=1)
+    def serial(job: JobEvent[Any]) -> None:
+        ran.append(job.payload["n"])
+        first_started.set()
+        gate.wait(10)
+
+    ids = [queue.add("serial", {"n": n}) for n in range(3)]
+    worker.start()
+    try:
+        assert first_started.wait(10)
+        # Jobs 1 and 2 are claimed into the buffer behind the running one.
+        wait_until(lambda: all(queue.get(i).status is JobStatus.RUNNING for i in ids),  # type: ignore[arg-type,union-attr]
+                   timeout=5)
+        assert queue.cancel(ids[1]) is True  # type: ignore[arg-type]
+        gate.set()
+        wait_until(lambda: queue.get(ids[2]).status is JobStatus.SUCCEEDED, timeout=10)  # type: ignore[arg-type,union-attr]
+    finally:
+        gate.set()
+        worker.stop()
+    assert ran == [0, 2]
+
+
+@pytest.mark.parametrize("blocked_in", ["statement", "signal"])
+def test_cancel_from_another_process_aborts_a_transactional_handler(
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str, blocked_in: str
+) -> None:
+    schema = effects_schema
+    rec = Recorder()
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=30, observers=[rec])  # only the NOTIFY is fast
+    started = threading.Event()
+    endings: list[str] = []
+
+    @worker.handler("tx-long", transactional=True)
+    def long_one(event: JobEvent[Any]) -> None:
+        insert_effect(event, schema, "w")
+        started.set()
+        try:
+            if blocked_in == "statement":
+                event.connection.execute("SELECT pg_sleep(25)")
+            else:
+                event.signal.wait(25)
+        except psycopg.Error as exc:
+            endings.append(type(exc).__name__)
+            raise
+        endings.append(f"returned ({event.signal.reason})")
+
+    job_id = queue.add("tx-long", {}, scope=("Doc", "tx"))
+    assert job_id
+    canceller = Canceller(pg_dsn, schema)
+    worker.start()
+    try:
+        assert started.wait(10)
+        count, before, after = canceller.run("id " + job_id)
+        assert count == 1
+        # Without the early announcement the DELETE would wait on the row lock until the
+        # handler ends (or lock_timeout, 10 s).
+        assert after - before < 3.0
+        rec.wait_for("cancelled")
+        wait_until(lambda: endings, timeout=10)
+    finally:
+        worker.stop(timeout=2)
+        canceller.close()
+    expected = "QueryCanceled" if blocked_in == "statement" else "returned (cancelled)"
+    assert endings == [expected]
+    assert queue.get(job_id) is None
+    assert effects(pg_dsn, schema) == []
+    assert rec.outcomes(job_id) == ["started", "cancelled"]
+
+
+
+def test_pending_only_cancel_skips_a_running_transactional_job(
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
+) -> None:
+    schema = effects_schema
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05)
+    started = threading.Event()
+    gate = threading.Event()
+
+    @worker.handler("tx-held", transactional=True)
+    def held(event: JobEvent[Any]) -> None:
+        insert_effect(event, schema, "w")
+        started.set()
+        assert gate.wait(20)
+
+    running = add_job(queue, "tx-held", {}, scope=("Doc", "p"))
+    worker.start()
+    try:
+        assert started.wait(10)
+        queued = add_job(queue, "tx-held", {}, scope=("Doc", "p"), delay=60)
+        began = time.monotonic()
+        assert queue.cancel_pending_for_scope(("Doc", "p")) == 1  # the queued one only
+        assert time.monotonic() - began < 3.0
+        assert queue.get(queued) is None
+        gate.set()
+        wait_until(lambda: queue.count_by_status()[JobStatus.SUCCEEDED] == 1, timeout=10)
+    finally:
+        gate.set()
+        worker.stop()
+    assert [row[0] for row in effects(pg_dsn, schema)] == [running]
+
+
+
+def test_same_process_cancel_without_notify_interrupts_a_transactional_handler(
+    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
+) -> None:
+    schema = effects_schema
+    rec = Recorder()
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05, notify=False, observers=[rec])
+    started = threading.Event()
+    endings: list[str] = []
+
+    @worker.handler("tx-quiet", transactional=True)
+    def quiet(event: JobEvent[Any]) -> None:
+        insert_effect(event, schema, "w")
+        started.set()
+        try:
+            event.connection.execute("SELECT pg_sleep(25)")
+        except psycopg.Error as exc:
+            endings.append(type(exc).__name__)
+            raise
+
+    job_id = add_job(queue, "tx-quiet", {}, scope=("Doc", "q"))
+    worker.start()
+    try:
+        assert started.wait(10)
+        began = time.monotonic()
+        assert queue.cancel_for_scope(("Doc", "q"), reason="doc deleted") == 1
+        assert time.monotonic() - began < 3.0
+        wait_until(lambda: endings, timeout=10)
+    finally:
+        worker.stop(timeout=2)
+    assert endings == ["QueryCanceled"]
+    assert queue.get(job_id) is None
+    assert effects(pg_dsn, schema) == []
+    cancelled = rec.of("cancelled")
+    assert [(t.job_id, t.error) for t in cancelled] == [(job_id, "doc deleted")]
+    assert rec.outcomes(job_id) == ["started", "cancelled"]

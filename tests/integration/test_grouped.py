@@ -17,8 +17,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Worker
+from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Scope, Worker
 from golemq_pg.testing import memory_store
+from tests.support.in_process import fast_worker
 from tests.support.workers import kill_leftovers, spawn, stop_gracefully, worker_config
 
 
@@ -267,3 +268,49 @@ def test_a_grouped_job_type_needs_a_scope(store: Any) -> None:
     with pytest.raises(ValueError, match="grouped"):
         queue.add_many(Digest, [{"group": "a", "seq": 0}])
     assert queue.count_by_status()[JobStatus.PENDING] == 0
+
+
+def test_grouped_batches_deliver_each_scope_once(store: Any) -> None:
+    queue = Queue(store)
+    digest = JobType("digest", grouped=True)
+    worker = fast_worker(store)
+    batches: list[tuple[Scope | None, list[int], int]] = []
+
+    @worker.handler(digest, concurrency=2)
+    def send(batch: BatchEvent[Any]) -> None:
+        batches.append((batch.scope, [j.payload["n"] for j in batch.jobs], batch.attempt))
+        assert all(j.signal is batch.signal for j in batch.jobs)
+
+    for n in range(5):
+        queue.add(digest, {"n": n}, scope=("User", "u1"))
+    for n in range(3):
+        queue.add(digest, {"n": 10 + n}, scope=("User", "u2"))
+    worker.run_until_empty(timeout=20)
+    by_scope = {scope: ns for scope, ns, _ in batches}
+    assert by_scope == {Scope("User", "u1"): [0, 1, 2, 3, 4], Scope("User", "u2"): [10, 11, 12]}
+    assert all(attempt == 1 for _, _, attempt in batches)
+    assert queue.count_by_status()[JobStatus.SUCCEEDED] == 8
+
+
+
+def test_grouped_failure_retries_the_whole_batch_and_max_batch_splits(store: Any) -> None:
+    queue = Queue(store)
+    worker = fast_worker(store)
+    sizes: list[tuple[int, int]] = []
+
+    @worker.handler("bundle", grouped=True, max_batch=2)
+    def bundle(batch: BatchEvent[Any]) -> None:
+        sizes.append((len(batch.jobs), batch.attempt))
+        if batch.attempt == 1:
+            raise RuntimeError("downstream down")
+
+    for n in range(4):
+        queue.add("bundle", {"n": n}, scope=("Feed", "f"), max_attempts=3)
+    worker.run_until_empty(timeout=20)
+    assert all(size <= 2 for size, _ in sizes)
+    assert sum(size for size, attempt in sizes if attempt == 1) == 4
+    counts = queue.count_by_status()
+    assert counts[JobStatus.SUCCEEDED] == 4
+    for summary in queue.find(types=["bundle"]):
+        assert summary.attempts == 2
+        assert summary.last_error == "RuntimeError: downstream down"

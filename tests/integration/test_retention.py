@@ -8,6 +8,7 @@ The store's ``job_prune`` calls are counted with a thin subclass of the real Pos
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -162,3 +163,23 @@ def test_retention_sweeps_delete_only_what_they_should_in_batches(
     assert max(count for _, _, count in store.prunes) <= BATCH
     for label in ("new_ok", "new_failed", "pending", "running"):
         assert _existing(queue, made[label]) == made[label], label
+
+
+def test_retention_prunes_old_finished_rows(store: Any) -> None:
+    queue = Queue(store)
+    ids = [queue.add("short-lived", {"n": n}) for n in range(5)]
+    first = Worker(store, poll_interval=0.05)
+    first.handler("short-lived")(lambda job: None)
+    first.run_until_empty(timeout=20)
+    assert all(queue.get(i) is not None for i in ids)  # type: ignore[arg-type]
+    time.sleep(0.3)
+    keeper = queue.add("pending-one", {})
+    worker = Worker(store, poll_interval=0.05,
+                    retention=Retention(older_than=0.2, sweep_interval=0.05))
+    worker.start()
+    try:
+        wait_until(lambda: all(queue.get(i) is None for i in ids), timeout=10)  # type: ignore[arg-type]
+    finally:
+        worker.stop()
+    assert keeper is not None
+    assert queue.get(keeper) is not None  # live work is never pruned

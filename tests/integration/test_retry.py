@@ -17,11 +17,13 @@ from golemq_pg import (
     JobStatus,
     PostgresStore,
     Queue,
+    RetryableJobError,
     RetryContext,
     TerminalJobError,
     Worker,
 )
 from golemq_pg.testing import memory_store
+from tests.support.in_process import drain_one, fast_worker
 from tests.support.observers import Recorder
 from tests.support.waiting import wait_until
 from tests.support.workers import start_process, worker_config
@@ -276,3 +278,68 @@ def test_reaped_jobs_carry_a_recognisable_error_for_observers(
     finally:
         worker.stop()
     assert all("secret" not in (t.error or "") for t in recorder.transitions)
+
+
+def test_retry_after_is_a_floor_above_max_backoff(store: Any) -> None:
+    queue = Queue(store)
+    rec = Recorder()
+    worker = fast_worker(store, observers=[rec], max_backoff=1, base_backoff=1)
+
+    @worker.handler("later")
+    def later(job: JobEvent[Any]) -> None:
+        raise RetryableJobError("come back in an hour", retry_after=3600)
+
+    job_id = queue.add("later", {})
+    assert job_id
+    before = store.now()
+    worker.run_until_empty(timeout=20)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.PENDING
+    assert summary.attempts == 1
+    assert (summary.run_at - before).total_seconds() >= 3590
+    assert summary.last_error == "RetryableJobError: come back in an hour"
+
+
+
+def test_default_backoff_parks_the_retry_in_the_future(store: Any) -> None:
+    queue = Queue(store)
+    worker = fast_worker(store, base_backoff=60, max_backoff=600)
+
+    @worker.handler("slow-retry")
+    def slow_retry(job: JobEvent[Any]) -> None:
+        raise RuntimeError("try later")
+
+    job_id = queue.add("slow-retry", {})
+    assert job_id
+    before = store.now()
+    worker.run_until_empty(timeout=20)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.PENDING
+    delay = (summary.run_at - before).total_seconds()
+    assert 59 <= delay <= 60 * 1.25 + 5
+
+
+
+def test_custom_retry_strategy(store: Any) -> None:
+    queue = Queue(store)
+    contexts: list[RetryContext] = []
+
+    def strategy(ctx: RetryContext) -> float | None:
+        contexts.append(ctx)
+        return 0.0 if ctx.attempt == 1 else None
+
+    worker = fast_worker(store, retry_strategy=strategy)
+
+    @worker.handler("custom")
+    def custom(job: JobEvent[Any]) -> None:
+        raise LookupError("missing")
+
+    summary = drain_one(queue, worker, "custom", {}, max_attempts=10)
+    assert summary.status is JobStatus.FAILED
+    assert summary.attempts == 2
+    assert [c.attempt for c in contexts] == [1, 2]
+    assert isinstance(contexts[0].error, LookupError)
+    assert contexts[0].job_id == summary.id
+    assert contexts[0].max_attempts == 10

@@ -20,24 +20,21 @@ import psycopg
 import pytest
 import structlog
 
-from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Resource, Worker
+from golemq_pg import (
+    InMemoryStore,
+    JobEvent,
+    JobStatus,
+    PostgresStore,
+    Queue,
+    QueueConfigError,
+    Resource,
+    Worker,
+)
+from tests.support.in_process import add_job
 from tests.support.ledgers import effects, effects_table, insert_effect, job_rows
 from tests.support.observers import Recorder
 from tests.support.waiting import wait_until
-from tests.support.workers import Canceller, start_process, worker_config
-
-
-@pytest.fixture
-def effects_schema(pg_store: PostgresStore, pg_dsn: str) -> str:
-    """The test's schema, with the effects ledger the handlers write to."""
-    effects_table(pg_dsn, pg_store.schema)
-    return pg_store.schema
-
-
-def _add(queue: Queue, job_type: str, payload: dict[str, Any], **options: Any) -> str:
-    job_id = queue.add(job_type, payload, **options)
-    assert job_id is not None
-    return job_id
+from tests.support.workers import start_process, worker_config
 
 
 def tx_worker(dsn: str, schema: str, worker_id: str, *, block_from: int) -> dict[str, Any]:
@@ -81,7 +78,7 @@ def test_sigkill_mid_handler_leaves_no_effect_and_each_job_has_one(
 ) -> None:
     schema = effects_schema
     queue = Queue(pg_store)
-    ids = [_add(queue, "charge", {"n": n}) for n in range(20)]
+    ids = [add_job(queue, "charge", {"n": n}) for n in range(20)]
     proc = start_process(tx_worker(pg_dsn, schema, "first", block_from=6),
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
@@ -150,7 +147,7 @@ def test_a_raising_handler_leaves_no_effect_and_is_retried(
         if event.attempt == 1:
             raise ValueError("boom after writing")
 
-    ids = [_add(queue, "flaky", {"n": n}) for n in range(5)]
+    ids = [add_job(queue, "flaky", {"n": n}) for n in range(5)]
     worker.run_until_empty(timeout=60)
     retried = rec.of("retry-scheduled")
     assert sorted(t.job_id for t in retried) == sorted(ids)
@@ -194,8 +191,8 @@ def test_timeouts_are_enforced_on_long_statements_and_in_python(
         if event.attempt == 1:
             time.sleep(0.8)  # ignores its signal: the late success must not commit
 
-    sql_job = _add(queue, "slow-sql", {})
-    python_job = _add(queue, "slow-python", {})
+    sql_job = add_job(queue, "slow-sql", {})
+    python_job = add_job(queue, "slow-python", {})
     began = time.monotonic()
     worker.run_until_empty(timeout=60)
     assert time.monotonic() - began < 15
@@ -216,124 +213,6 @@ def test_timeouts_are_enforced_on_long_statements_and_in_python(
     assert [t.attempts for t in rec.of("retry-scheduled")] == [1, 1]
 
 
-@pytest.mark.parametrize("blocked_in", ["statement", "signal"])
-def test_cancel_from_another_process_aborts_a_transactional_handler(
-    pg_store: PostgresStore, pg_dsn: str, effects_schema: str, blocked_in: str
-) -> None:
-    schema = effects_schema
-    rec = Recorder()
-    queue = Queue(pg_store)
-    worker = Worker(pg_store, poll_interval=30, observers=[rec])  # only the NOTIFY is fast
-    started = threading.Event()
-    endings: list[str] = []
-
-    @worker.handler("tx-long", transactional=True)
-    def long_one(event: JobEvent[Any]) -> None:
-        insert_effect(event, schema, "w")
-        started.set()
-        try:
-            if blocked_in == "statement":
-                event.connection.execute("SELECT pg_sleep(25)")
-            else:
-                event.signal.wait(25)
-        except psycopg.Error as exc:
-            endings.append(type(exc).__name__)
-            raise
-        endings.append(f"returned ({event.signal.reason})")
-
-    job_id = queue.add("tx-long", {}, scope=("Doc", "tx"))
-    assert job_id
-    canceller = Canceller(pg_dsn, schema)
-    worker.start()
-    try:
-        assert started.wait(10)
-        count, before, after = canceller.run("id " + job_id)
-        assert count == 1
-        # Without the early announcement the DELETE would wait on the row lock until the
-        # handler ends (or lock_timeout, 10 s).
-        assert after - before < 3.0
-        rec.wait_for("cancelled")
-        wait_until(lambda: endings, timeout=10)
-    finally:
-        worker.stop(timeout=2)
-        canceller.close()
-    expected = "QueryCanceled" if blocked_in == "statement" else "returned (cancelled)"
-    assert endings == [expected]
-    assert queue.get(job_id) is None
-    assert effects(pg_dsn, schema) == []
-    assert rec.outcomes(job_id) == ["started", "cancelled"]
-
-
-def test_pending_only_cancel_skips_a_running_transactional_job(
-    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
-) -> None:
-    schema = effects_schema
-    queue = Queue(pg_store)
-    worker = Worker(pg_store, poll_interval=0.05)
-    started = threading.Event()
-    gate = threading.Event()
-
-    @worker.handler("tx-held", transactional=True)
-    def held(event: JobEvent[Any]) -> None:
-        insert_effect(event, schema, "w")
-        started.set()
-        assert gate.wait(20)
-
-    running = _add(queue, "tx-held", {}, scope=("Doc", "p"))
-    worker.start()
-    try:
-        assert started.wait(10)
-        queued = _add(queue, "tx-held", {}, scope=("Doc", "p"), delay=60)
-        began = time.monotonic()
-        assert queue.cancel_pending_for_scope(("Doc", "p")) == 1  # the queued one only
-        assert time.monotonic() - began < 3.0
-        assert queue.get(queued) is None
-        gate.set()
-        wait_until(lambda: queue.count_by_status()[JobStatus.SUCCEEDED] == 1, timeout=10)
-    finally:
-        gate.set()
-        worker.stop()
-    assert [row[0] for row in effects(pg_dsn, schema)] == [running]
-
-
-def test_same_process_cancel_without_notify_interrupts_a_transactional_handler(
-    pg_store: PostgresStore, pg_dsn: str, effects_schema: str
-) -> None:
-    schema = effects_schema
-    rec = Recorder()
-    queue = Queue(pg_store)
-    worker = Worker(pg_store, poll_interval=0.05, notify=False, observers=[rec])
-    started = threading.Event()
-    endings: list[str] = []
-
-    @worker.handler("tx-quiet", transactional=True)
-    def quiet(event: JobEvent[Any]) -> None:
-        insert_effect(event, schema, "w")
-        started.set()
-        try:
-            event.connection.execute("SELECT pg_sleep(25)")
-        except psycopg.Error as exc:
-            endings.append(type(exc).__name__)
-            raise
-
-    job_id = _add(queue, "tx-quiet", {}, scope=("Doc", "q"))
-    worker.start()
-    try:
-        assert started.wait(10)
-        began = time.monotonic()
-        assert queue.cancel_for_scope(("Doc", "q"), reason="doc deleted") == 1
-        assert time.monotonic() - began < 3.0
-        wait_until(lambda: endings, timeout=10)
-    finally:
-        worker.stop(timeout=2)
-    assert endings == ["QueryCanceled"]
-    assert queue.get(job_id) is None
-    assert effects(pg_dsn, schema) == []
-    cancelled = rec.of("cancelled")
-    assert [(t.job_id, t.error) for t in cancelled] == [(job_id, "doc deleted")]
-    assert rec.outcomes(job_id) == ["started", "cancelled"]
-
-
 def test_startup_warns_when_transactional_claims_will_hold_guard_locks(
     pg_store: PostgresStore,
 ) -> None:
@@ -351,3 +230,85 @@ def test_startup_warns_when_transactional_claims_will_hold_guard_locks(
     assert "'tx-serial' is guarded" in details[0]
     assert "'tx-pooled' is guarded (resource pools ['api'])" in details[1]
     assert "'report' has not_while_running=['tx-plain']" in details[2]
+
+
+def test_writes_commit_with_the_completion(pg_store: PostgresStore, pg_dsn: str) -> None:
+    schema = pg_store.schema
+    effects_table(pg_dsn, schema)
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05)
+
+    @worker.handler("tx", transactional=True, concurrency=2)
+    def tx(event: JobEvent[Any]) -> None:
+        assert event.connection is not None
+        insert_effect(event, schema, "tx")
+        event.progress({"written": 1})
+
+    ids = [queue.add("tx", {"n": n}) for n in range(6)]
+    worker.run_until_empty(timeout=30)
+    for job_id in ids:
+        summary = queue.get(job_id)  # type: ignore[arg-type]
+        assert summary is not None
+        assert summary.status is JobStatus.SUCCEEDED
+        assert summary.progress == {"written": 1}
+    assert sorted(row[0] for row in effects(pg_dsn, schema)) == sorted(ids)  # type: ignore[type-var]
+
+
+def test_a_failed_attempt_rolls_its_writes_back(pg_store: PostgresStore, pg_dsn: str) -> None:
+    schema = pg_store.schema
+    effects_table(pg_dsn, schema)
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05, base_backoff=0, max_backoff=0)
+
+    @worker.handler("tx-flaky", transactional=True)
+    def flaky(event: JobEvent[Any]) -> None:
+        insert_effect(event, schema, "tx")
+        if event.attempt == 1:
+            raise RuntimeError("after writing")
+
+    job_id = queue.add("tx-flaky", {})
+    assert job_id
+    worker.run_until_empty(timeout=30)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.SUCCEEDED
+    assert summary.attempts == 2
+    assert summary.last_error == "RuntimeError: after writing"
+    assert [(row[0], row[1]) for row in effects(pg_dsn, schema)] == [(job_id, 2)]
+
+
+def test_terminal_failure_in_a_transactional_handler(pg_store: PostgresStore,
+                                                     pg_dsn: str) -> None:
+    effects_table(pg_dsn, pg_store.schema)
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05)
+
+    @worker.handler("tx-dead", transactional=True)
+    def dead(event: JobEvent[Any]) -> bool:
+        insert_effect(event, pg_store.schema, "tx")
+        return False
+
+    job_id = queue.add("tx-dead", {}, max_attempts=1)
+    assert job_id
+    worker.run_until_empty(timeout=30)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.FAILED
+    assert effects(pg_dsn, pg_store.schema) == []
+
+
+def test_mixed_worker_with_ordinary_and_transactional_types(pg_store: PostgresStore) -> None:
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05)
+    worker.handler("plain", concurrency=2)(lambda event: None)
+    worker.handler("in-tx", transactional=True)(lambda event: None)
+    for n in range(5):
+        queue.add("plain", {"n": n})
+        queue.add("in-tx", {"n": n})
+    worker.run_until_empty(timeout=30)
+    assert queue.count_by_status()[JobStatus.SUCCEEDED] == 10
+
+
+def test_memory_store_refuses_transactional_handlers() -> None:
+    with pytest.raises(QueueConfigError, match="transactional"):
+        Worker(InMemoryStore()).handler("tx", transactional=True)(lambda event: None)
