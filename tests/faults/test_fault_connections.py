@@ -1,4 +1,4 @@
-"""Scenarios 4, 5, 6 and 9 of RELIABILITY.md: a stalled worker, terminated connections, a
+"""Scenarios 4, 5, 6 and 9 of docs/RELIABILITY.md: a stalled worker, terminated connections, a
 terminated LISTEN connection, and a database that turns read-only for a while."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scenarios 1-3 of RELIABILITY.md: a clean multi-process drain, and SIGKILLed workers."""
+"""Scenarios 1-3 of docs/RELIABILITY.md: a clean multi-process drain, and SIGKILLed workers."""
 
 from __future__ import annotations
 

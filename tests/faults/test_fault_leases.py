@@ -1,4 +1,4 @@
-"""Scenarios 10, 11 and 12 of RELIABILITY.md: the reaper racing completions, cancellation
+"""Scenarios 10, 11 and 12 of docs/RELIABILITY.md: the reaper racing completions, cancellation
 mid-run and during a reaper pass, and the claim under planner variance."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RELIABILITY.md, security, with real processes: a payload secret never reaches a worker's
+"""docs/RELIABILITY.md, security, with real processes: a payload secret never reaches a worker's
 logs (captured at DEBUG) or last_error, across success, failure, retry exhaustion and reaping
 by another process after a SIGKILL."""
 

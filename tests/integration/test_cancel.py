@@ -20,10 +20,11 @@ import psycopg
 import pytest
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
-from golemq_pg.store.port import CancelFilter
+from golemq_pg.store.port import CancelFilter, LeaseRef
 from tests.support.in_process import add_job, fast_worker
 from tests.support.ledgers import effects, insert_effect
 from tests.support.observers import Recorder
+from tests.support.store_port import claim, slots
 from tests.support.waiting import wait_until
 from tests.support.workers import Canceller
 
@@ -568,3 +569,34 @@ def test_same_process_cancel_without_notify_interrupts_a_transactional_handler(
     cancelled = rec.of("cancelled")
     assert [(t.job_id, t.error) for t in cancelled] == [(job_id, "doc deleted")]
     assert rec.outcomes(job_id) == ["started", "cancelled"]
+
+
+def test_cancel_variants(store: Any) -> None:
+    rec = Recorder()
+    queue = Queue(store, observers=[rec])
+    a = queue.add("t", {}, scope=("A", "1"))
+    queue.add("t", {}, scope=("A", "1"))
+    queue.add("t", {}, scope=("A", "2"))
+    running = claim(store, slots("t", limit=1))
+    assert [j.id for j in running] == [a]
+    assert queue.cancel_pending_for_scope(("A", "1"), reason="superseded") == 1
+    assert queue.get(a) is not None  # running work left alone
+    assert queue.cancel_for_scope(("A", "1"), reason="deleted") == 1
+    assert queue.get(a) is None
+    # Late completion of a cancelled job writes nothing and never resurrects it.
+    assert store.job_complete_many("w1", [LeaseRef(a, running[0].lease_token)]) == set()
+    assert queue.get(a) is None
+    k1 = queue.add("audio", {}, dedupe_key="v1")
+    queue.add("audio", {}, dedupe_key="v2")
+    queue.add("video", {}, dedupe_key="v1")
+    assert queue.cancel_by_dedupe_keys("audio", ["v1", "nope"]) == 1
+    assert queue.get(k1) is None
+    assert len(queue.find(types=["video"])) == 1
+    b = queue.add("t", {})
+    assert queue.cancel(b) is True
+    assert queue.cancel(b) is False
+    assert sum(1 for e in rec.transitions if e.outcome == "cancelled") == 4
+    with pytest.raises(ValueError, match="scope"):
+        queue.cancel_for_scope(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="job_id"):
+        queue.cancel("1; DROP TABLE jobs")

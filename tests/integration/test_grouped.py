@@ -314,3 +314,11 @@ def test_grouped_failure_retries_the_whole_batch_and_max_batch_splits(store: Any
     for summary in queue.find(types=["bundle"]):
         assert summary.attempts == 2
         assert summary.last_error == "RuntimeError: downstream down"
+
+
+def test_grouped_job_type_needs_scope(store: Any) -> None:
+    queue = Queue(store)
+    digest: JobType[dict[str, Any]] = JobType("digest.send", grouped=True)
+    with pytest.raises(ValueError, match="scope"):
+        queue.add(digest, {"x": 1})
+    assert queue.add(digest, {"x": 1}, scope=("User", "u1")) is not None

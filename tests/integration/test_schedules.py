@@ -530,3 +530,30 @@ def test_redeclaring_recomputes_next_run_only_when_the_timing_changes(
     assert changed.next_run_at != before.next_run_at
     assert pg_store.schedule_delete("r") is True
     assert pg_store.schedule_delete("r") is False
+
+
+def test_schedule_declaration_validation(store: Any) -> None:
+    queue = Queue(store)
+    for kwargs, match in [
+        ({}, "exactly one"),
+        ({"cron": "0 6 * * *", "every": 60}, "exactly one"),
+        ({"cron": "not a cron"}, "cron"),
+        ({"cron": "0 0 30 2 *"}, "never fires"),
+        ({"every": 0}, "every"),
+        ({"every": -1}, "every"),
+        ({"every": float("inf")}, "every"),
+        ({"cron": "0 6 * * *", "timezone": "Nowhere/Never"}, "timezone"),
+        ({"every": 60, "repeat_from": "start"}, "repeat_from"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            queue.schedule("key", "report.send", {}, **kwargs)
+    assert queue.schedules() == []
+    queue.schedule("daily", "report.send", {"to": "ops"}, cron="0 6 * * *")
+    queue.schedule("sync", "upstream.sync", {}, every=timedelta(hours=20), repeat_from="run_at")
+    queue.schedule("sync", "upstream.sync", {}, every=timedelta(hours=10), repeat_from="run_at")
+    by_key = {s.key: s for s in queue.schedules()}
+    assert set(by_key) == {"daily", "sync"}
+    assert by_key["daily"].cron == "0 6 * * *"
+    assert by_key["sync"].every == timedelta(hours=10)
+    assert queue.unschedule("sync") is True
+    assert queue.unschedule("sync") is False

@@ -266,7 +266,7 @@ class FaultEnv:
         ledger: bool = True,
         slack: float = 2.0,
     ) -> dict[str, int]:
-        """Assert I1-I5 (see RELIABILITY.md); returns counts worth reporting.
+        """Assert I1-I5 (see docs/RELIABILITY.md); returns counts worth reporting.
 
         ``expected``: how many rows must exist (cancelled/pruned jobs excluded by the
         caller). ``terminal``: every job must be finished (the scenario drained the queue).

@@ -122,3 +122,8 @@ def concurrently(n: int, fn: Callable[[int], T]) -> list[T]:
     if errors:
         raise errors[0]
     return results
+
+
+def count_rows(store: JobStore) -> int:
+    """How many jobs the store holds, whatever their status."""
+    return sum(store.job_count_by_status().values())
