@@ -203,5 +203,3 @@ def _pool_peak(env: FaultEnv) -> int:
 
 def _resources() -> dict[str, Resource]:
     return {"api": Resource(concurrency=POOL_LIMIT, types=["pool-a", "pool-b"])}
-
-

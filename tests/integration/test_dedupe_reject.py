@@ -139,7 +139,6 @@ def test_dedupe_reject(store: Any) -> None:
     assert queue.add("t", {"v": 5}, dedupe_key="k1") is not None
 
 
-
 def test_two_connections_racing_one_dedupe_key(pg_store: PostgresStore, pg_dsn: str) -> None:
     queue = Queue(pg_store)
     barrier = threading.Barrier(8)

@@ -292,7 +292,6 @@ def test_grouped_batches_deliver_each_scope_once(store: Any) -> None:
     assert queue.count_by_status()[JobStatus.SUCCEEDED] == 8
 
 
-
 def test_grouped_failure_retries_the_whole_batch_and_max_batch_splits(store: Any) -> None:
     queue = Queue(store)
     worker = fast_worker(store)

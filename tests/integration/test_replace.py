@@ -203,7 +203,6 @@ def test_dedupe_replace_while_pending_keeps_place(store: Any) -> None:
     assert claimed[0].payload == {"v": 2}
 
 
-
 def test_dedupe_replace_while_running_enqueues_a_new_job(store: Any) -> None:
     queue = Queue(store)
     a = queue.add("t", {"v": 1}, dedupe_key="k")

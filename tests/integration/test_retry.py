@@ -301,7 +301,6 @@ def test_retry_after_is_a_floor_above_max_backoff(store: Any) -> None:
     assert summary.last_error == "RetryableJobError: come back in an hour"
 
 
-
 def test_default_backoff_parks_the_retry_in_the_future(store: Any) -> None:
     queue = Queue(store)
     worker = fast_worker(store, base_backoff=60, max_backoff=600)
@@ -319,7 +318,6 @@ def test_default_backoff_parks_the_retry_in_the_future(store: Any) -> None:
     assert summary.status is JobStatus.PENDING
     delay = (summary.run_at - before).total_seconds()
     assert 59 <= delay <= 60 * 1.25 + 5
-
 
 
 def test_custom_retry_strategy(store: Any) -> None:

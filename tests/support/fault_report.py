@@ -17,7 +17,6 @@ def report(scenario: str, **metrics: Any) -> None:
             out.write(json.dumps(line, default=str) + "\n")
 
 
-
 def env_seconds(name: str, default: float) -> float:
     """A duration knob from the environment (seconds)."""
     raw = os.environ.get(name)

@@ -15,7 +15,6 @@ def fast_worker(store: Any, **options: Any) -> Worker:
     return Worker(store, **defaults)
 
 
-
 def drain_one(queue: Queue, worker: Worker, job_type: str, payload: dict[str, Any],
               **options: Any) -> JobSummary:
     """Add one job, run ``worker`` until the queue is empty, and return the job's row."""

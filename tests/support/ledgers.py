@@ -64,5 +64,3 @@ def job_rows(dsn: str, schema: str) -> list[tuple[Any, ...]]:
             sql.SQL("SELECT id::text, status, attempts, lease_owner, last_error FROM {}.jobs "
                     "ORDER BY id").format(sql.Identifier(schema))
         ).fetchall()
-
-

@@ -78,7 +78,6 @@ class ServerControl:
         wait_until(self.running, timeout=60, interval=0.2, what="PostgreSQL back up")
 
 
-
 def _clusters() -> dict[str, tuple[str, str]]:
     """port -> (version, cluster) of the local Debian-style clusters."""
     found: dict[str, tuple[str, str]] = {}

@@ -179,7 +179,6 @@ class WorkerProc:
         return [e for e in self.logs() if e.get("event") == name]
 
 
-
 def type_spec(name: str, **options: Any) -> dict[str, Any]:
     """One handler registration for the worker script."""
     return {"name": name, **options}

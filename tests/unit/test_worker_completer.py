@@ -11,7 +11,7 @@ from golemq_pg.worker.completer import Completer, unblocked_by
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.runtime import Runtime
-from tests.support.runtime import bare_runtime
+from tests.support.worker_runtime import bare_runtime
 
 
 def _runtime(resources: dict[str, Resource] | None, *specs: Any) -> Runtime:

@@ -16,7 +16,7 @@ from golemq_pg.testing import memory_store
 from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import MAX_ADAPTIVE_PREFETCH, TypePool
-from tests.support.runtime import bare_runtime
+from tests.support.worker_runtime import bare_runtime
 
 
 class RecordingStore(InMemoryStore):
