@@ -1,4 +1,6 @@
-"""Timeouts, abandoned handlers, and cancellation (same process, other process, reconcile)."""
+"""A handler's own aborts: timeouts fire the signal and retry (or dead-letter when
+exhausted), abandon_grace frees the slot and drops the late result, and JobAborted.
+Cancellation is in test_cancel.py and test_cancel_remote.py."""
 
 from __future__ import annotations
 

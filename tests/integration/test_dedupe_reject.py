@@ -1,5 +1,6 @@
-"""on_duplicate="reject" under concurrency: while a job of a key is PENDING or RUNNING, no
-second one is admitted, however adds, claims and completions interleave."""
+"""Dedupe by rejection (on_duplicate="reject"): while a job of a key is PENDING or RUNNING, no
+second one is admitted, whatever the store and however adds, claims and completions
+interleave (racing connections included). Replacing duplicates is in test_replace.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Issue 7, grouped handlers: every due job of one (type, scope) delivered as one BatchEvent
-in arrival order; success consumes the batch, failure retries all of it; a running group is
-locked; different groups run in parallel. The headline test runs 10 groups x 50 messages
-through two worker processes while the messages are being added."""
+"""Grouped handlers: every due job of one (type, scope) delivered as one BatchEvent in
+arrival order; success consumes the batch, failure retries all of it; max_batch splits a
+group; a running group is locked; different groups run in parallel; a grouped type needs a
+scope. The headline test runs 10 groups x 50 messages through two worker processes while
+the messages are being added."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Guards across real worker processes on real PostgreSQL (issue 5).
+"""Guards across real worker processes on real PostgreSQL.
 
 Each test starts worker processes (tests/support/worker_process.py, guard ledger) that
 build a PostgresStore and a golemq_pg.Worker with guarded handlers; every handler run writes

@@ -1,4 +1,7 @@
-"""The Queue producer/admin API against both stores, and PostgreSQL-only transaction cases."""
+"""The Queue producer/admin API against both stores (add, get, find, counts, retry_failed,
+bad arguments), and PostgreSQL-only transaction and bulk cases. Cancel, dedupe, schedule,
+prune and grouped cases live with their behaviour (test_cancel.py, test_dedupe_reject.py,
+test_replace.py, test_schedules.py, test_retention.py, test_grouped.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Issue 7, dedupe by replacement under concurrency: a storm of on_duplicate="replace" adds
-for one key from several producer threads while workers claim. The handler never sees two
-live jobs of the key at once, the last payload wins, nothing is lost."""
+"""Dedupe by replacement (on_duplicate="replace"): a pending job is replaced in place, a
+running one gets a successor; and a storm of replacing adds for one key from several
+producer threads while workers claim: the handler never sees two live jobs of the key at
+once, the last payload wins, nothing is lost. Rejecting duplicates is in
+test_dedupe_reject.py."""
 
 from __future__ import annotations
 

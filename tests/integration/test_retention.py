@@ -1,6 +1,6 @@
-"""Retention (issue 6): the worker's background sweep prunes only old finished rows of the
-chosen statuses, in bounded batches that never wait on a locked row, while it keeps
-processing other jobs.
+"""Retention: the worker's background sweep prunes only old finished rows of the chosen
+statuses, in bounded batches that never wait on a locked row, while it keeps processing
+other jobs; and ``Queue.prune`` / the store's prune by age and cut-off.
 
 The store's ``job_prune`` calls are counted with a thin subclass of the real PostgresStore.
 """

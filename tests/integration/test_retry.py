@@ -1,6 +1,8 @@
-"""Issue 7, retries: a custom retry_strategy (seconds, or None to fail now) and the default
-exponential backoff, both measured against the store's clock; and jobs dead-lettered by the
-reaper after a SIGKILLed worker carry a recognisable error for observers."""
+"""Retries: a custom retry_strategy (seconds, or None to fail now; a broken one falls back to
+the default), the default exponential backoff, retry_after as a floor, all measured against
+the store's clock; and jobs dead-lettered by the reaper after a SIGKILLed worker carry a
+recognisable error for observers. How each handler outcome maps to a status is in
+test_worker_outcomes.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Transactional handlers (issue 6): exactly-once effects with real processes, rollback and
-retry on failure, enforced timeouts, and cancellation of a handler that holds its claim open.
+"""Transactional handlers: the handler's writes commit with the claim and the completion
+(exactly-once effects, also with a SIGKILLed worker process), roll back on failure and are
+retried, timeouts are enforced, mixed workers, and the memory store refuses them. Cancelling
+a transactional handler is in test_cancel.py / test_cancel_remote.py.
 
 Every handler writes an effects-ledger row through ``job.connection`` (the claim's
 transaction), so an effect exists if and only if the job's completion committed with it.

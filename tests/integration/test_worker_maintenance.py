@@ -1,5 +1,5 @@
-"""Maintenance and resilience: blocked-type warnings, retention, schedules, a lost LISTEN
-connection, killed pool connections."""
+"""Maintenance and resilience: blocked-type warnings, a lost LISTEN connection, killed pool
+connections. Retention is in test_retention.py, schedules in test_schedules.py."""
 
 from __future__ import annotations
 

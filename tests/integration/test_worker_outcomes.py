@@ -1,5 +1,6 @@
 """Handler outcomes end to end, on both stores: success, False, terminal, retryable,
-exhaustion, BaseException, observers, retry strategy, grouped batches, progress."""
+exhaustion, BaseException, observers, progress, run_until_empty, the context manager.
+Retry strategies and backoff are in test_retry.py, grouped batches in test_grouped.py."""
 
 from __future__ import annotations
 
