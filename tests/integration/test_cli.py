@@ -9,8 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
@@ -21,6 +19,7 @@ from psycopg import sql
 from golemq_pg import PostgresStore, Queue
 from golemq_pg.store.port import FailItem, LeaseRef
 from tests.support.store_port import claim, slots
+from tests.support.waiting import wait_until
 
 CANARY = "CANARY-s3cr3t-7f1c"
 
@@ -305,14 +304,6 @@ WORKER_MODULE = textwrap.dedent(
 )
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("processes", [1, 2])
 def test_worker_command_runs_an_imported_worker_and_stops_on_sigterm(
     pg_dsn: str, migrated: str, tmp_path: Path, processes: int,
@@ -337,7 +328,8 @@ def test_worker_command_runs_an_imported_worker_and_stops_on_sigterm(
                 Queue(store).add("cli.echo", {"i": i})
         finally:
             store.close()
-        _wait_for(lambda: count_jobs(pg_dsn, migrated, "succeeded") == 20, 60, "20 jobs")
+        wait_until(lambda: count_jobs(pg_dsn, migrated, "succeeded") == 20, 60, interval=0.05,
+                   what="20 jobs")
         assert proc.poll() is None
         pids = {line.split()[1] for line in ledger.read_text().splitlines()}
         assert len(ledger.read_text().splitlines()) == 20

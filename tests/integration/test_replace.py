@@ -17,6 +17,7 @@ from typing import Any
 from golemq_pg import JobEvent, JobStatus, Queue, Worker
 from golemq_pg.store.port import LeaseRef
 from tests.support.store_port import claim
+from tests.support.waiting import wait_until
 
 KEY = "article:a1"
 STORM_SECONDS = 3.0
@@ -61,13 +62,11 @@ def _workers(store: Any, ledger: Ledger) -> list[Worker]:
 
 
 def _drain(queue: Queue, workers: list[Worker]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
+    def drained() -> bool:
         counts = queue.count_by_status()
-        if counts[JobStatus.PENDING] == 0 and counts[JobStatus.RUNNING] == 0:
-            break
-        assert time.monotonic() < deadline, counts
-        time.sleep(0.02)
+        return counts[JobStatus.PENDING] == 0 and counts[JobStatus.RUNNING] == 0
+
+    wait_until(drained, timeout=30, what=lambda: f"drained ({queue.count_by_status()})")
     for worker in workers:
         worker.stop()
 
