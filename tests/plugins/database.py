@@ -4,15 +4,14 @@ embedded one) and a fresh schema per test, plus both stores for the contract sui
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from golemq_pg import InMemoryStore, PostgresStore
 from golemq_pg._embedded import ensure_server
+from tests.support.schemas import fresh_schema
 
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -39,10 +38,8 @@ def pg_dsn() -> str:
 @pytest.fixture
 def schema(pg_dsn: str) -> Iterator[str]:
     """A unique schema name for one test, dropped afterwards."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    with fresh_schema(pg_dsn) as name:
+        yield name
 
 
 @pytest.fixture
