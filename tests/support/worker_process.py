@@ -255,6 +255,7 @@ class Ledgers:
         return self._fault_pool
 
     def close(self) -> None:
+        """Close the fault ledger's pool (the per-thread connections die with the process)."""
         if self._fault_pool is not None:
             self._fault_pool.close()
 
@@ -469,6 +470,7 @@ def run_worker(config: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> None:
+    """Run the process ``argv[1]`` (JSON or ``@path``) describes."""
     config = load_config(argv[1])
     configure_logging(config.get("logs", "default"))
     if config.get("mode") == "cancel":
