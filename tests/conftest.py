@@ -1,68 +1,8 @@
-"""Shared fixtures: a real PostgreSQL (GOLEMQ_TEST_DSN, else the local server, else an
-embedded one) and a fresh schema per test, plus both stores for the contract suite."""
+"""The suite's fixtures live in plugin modules (tests/plugins/), loaded here; plain helpers
+live in tests/support/. tests/README.md says where a new test, fixture or helper goes."""
 
-from __future__ import annotations
-
-import os
-import uuid
-from collections.abc import Iterator
-
-import psycopg
-import pytest
-from psycopg import sql
-
-from golemq_pg import InMemoryStore, PostgresStore
-from golemq_pg._embedded import ensure_server
-
-LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def _reachable(dsn: str) -> bool:
-    try:
-        with psycopg.connect(dsn, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
-@pytest.fixture(scope="session")
-def pg_dsn() -> str:
-    """The DSN of the PostgreSQL the suite runs against."""
-    env = os.environ.get("GOLEMQ_TEST_DSN")
-    if env:
-        return env
-    if _reachable(LOCAL_DSN):
-        return LOCAL_DSN
-    return ensure_server()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    """A unique schema name for one test, dropped afterwards."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
-@pytest.fixture
-def pg_store(pg_dsn: str, schema: str) -> Iterator[object]:
-    """A migrated PostgresStore on a fresh schema."""
-    store = PostgresStore.connect(pg_dsn, schema=schema, min_size=1, max_size=8)
-    store.migrate()
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def mem_store() -> object:
-    """A fresh InMemoryStore."""
-    return InMemoryStore()
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def store(request: pytest.FixtureRequest) -> object:
-    """Both stores, for the contract suite."""
-    if request.param == "memory":
-        return request.getfixturevalue("mem_store")
-    return request.getfixturevalue("pg_store")
+pytest_plugins = [
+    "tests.plugins.database",
+    "tests.plugins.faults",
+    "tests.plugins.ledgers",
+]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from contract_support import add, claim, ids, refs, slots, wait_for
-
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import (
@@ -17,6 +15,8 @@ from golemq_pg.store.port import (
     FindParams,
     JobStore,
 )
+from tests.support.store_port import add, claim, ids, refs, slots
+from tests.support.waiting import wait_until
 
 # -- cancel -----------------------------------------------------------------------------------
 
@@ -272,7 +272,7 @@ def test_prune_by_age(store: JobStore) -> None:
     finished = [store.job_get(i) for i in ok + bad]
     last = max(j.finished_at for j in finished if j and j.finished_at)
     assert store.job_prune([JobStatus.SUCCEEDED, JobStatus.FAILED], before=None, age=3600) == 0
-    wait_for(lambda: store.now() > last + timedelta(seconds=0.3))
+    wait_until(lambda: store.now() > last + timedelta(seconds=0.3))
     assert store.job_prune([JobStatus.FAILED], before=None, age=0.2) == 2
     assert store.job_prune([JobStatus.SUCCEEDED, JobStatus.FAILED], before=None, age=0.2) == 2
     assert store.job_count_by_status() == dict.fromkeys(JobStatus, 0)

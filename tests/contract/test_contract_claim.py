@@ -5,18 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from contract_support import (
-    BRIEF_LEASE,
-    SHORT_LEASE,
-    add,
-    claim,
-    concurrently,
-    ids,
-    refs,
-    slots,
-    wait_for,
-)
-
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg.store.port import (
     ClaimedJob,
@@ -25,6 +13,17 @@ from golemq_pg.store.port import (
     LeaseRef,
     RetryItem,
 )
+from tests.support.store_port import (
+    BRIEF_LEASE,
+    SHORT_LEASE,
+    add,
+    claim,
+    concurrently,
+    ids,
+    refs,
+    slots,
+)
+from tests.support.waiting import wait_until
 
 
 def test_claim_order_is_priority_then_run_at_then_id(store: JobStore) -> None:
@@ -212,7 +211,7 @@ def test_renew_extends_only_held_live_leases(store: JobStore) -> None:
     assert store.lease_renew("w1", [LeaseRef(job.id, job.lease_token + 1)], 60) == set()
     assert store.lease_renew("w1", refs([job]), 600) == {job.id}
     # Past the first expiry the renewed lease is still live: not reaped, still renewable.
-    wait_for(lambda: store.now() > job.lease_expires_at + timedelta(seconds=0.1))
+    wait_until(lambda: store.now() > job.lease_expires_at + timedelta(seconds=0.1))
     assert store.lease_recover_expired() == []
     assert store.lease_held("w1", refs([job])) == {job.id}
     assert store.lease_renew("w1", refs([job]), 600) == {job.id}
@@ -221,7 +220,7 @@ def test_renew_extends_only_held_live_leases(store: JobStore) -> None:
 def test_an_expired_lease_is_not_renewed(store: JobStore) -> None:
     add(store, "a")
     (job,) = claim(store, slots("a", lease=SHORT_LEASE))
-    wait_for(lambda: store.now() > job.lease_expires_at)
+    wait_until(lambda: store.now() > job.lease_expires_at)
     assert store.lease_renew("w1", refs([job]), 60) == set()
 
 
@@ -259,7 +258,7 @@ def test_progress_is_stored_for_a_held_lease_only(store: JobStore) -> None:
 def test_a_worker_that_lost_its_lease_can_write_nothing(store: JobStore) -> None:
     job_id = add(store, "a")
     (old,) = claim(store, slots("a", lease=SHORT_LEASE), owner="slow")
-    wait_for(store.lease_recover_expired)
+    wait_until(store.lease_recover_expired)
     (new,) = claim(store, "a", owner="fast")
     assert new.id == job_id
     assert new.lease_token > old.lease_token

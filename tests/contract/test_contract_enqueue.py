@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from contract_support import add, claim, concurrently, put, refs, slots
 
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
@@ -18,6 +17,7 @@ from golemq_pg.store.port import (
     JobStore,
     LeaseRef,
 )
+from tests.support.store_port import add, claim, concurrently, put, refs, slots
 
 
 def test_enqueue_returns_increasing_string_ids_and_a_pending_row(store: JobStore) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from contract_support import add, claim, refs, slots
 
 from golemq_pg._types import JobStatus
 from golemq_pg.store.port import DueSchedule, FailItem, RetryItem, ScheduleParams
 from golemq_pg.testing import DEFAULT_START, FakeClock, InMemoryStore, memory_store
+from tests.support.store_port import add, claim, refs, slots
 
 
 def test_fake_clock_moves_only_when_told() -> None:

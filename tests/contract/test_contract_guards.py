@@ -6,18 +6,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import timedelta
 
-from contract_support import (
-    BRIEF_LEASE,
-    SHORT_LEASE,
-    add,
-    claim,
-    concurrently,
-    ids,
-    refs,
-    slots,
-    wait_for,
-)
-
 from golemq_pg._types import JobStatus, Resource, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import (
@@ -31,6 +19,17 @@ from golemq_pg.store.port import (
     claim_blocked,
 )
 from golemq_pg.testing import memory_store
+from tests.support.store_port import (
+    BRIEF_LEASE,
+    SHORT_LEASE,
+    add,
+    claim,
+    concurrently,
+    ids,
+    refs,
+    slots,
+)
+from tests.support.waiting import wait_until
 
 # -- serialize_by_scope -----------------------------------------------------------------------
 
@@ -61,7 +60,7 @@ def test_serialize_by_scope_ignores_expired_leases(store: JobStore) -> None:
     second = add(store, "a", scope=("Doc", "1"))
     (first,) = claim(store, slots("a", lease=BRIEF_LEASE, serialize_by_scope=True))
     assert claim(store, slots("a", serialize_by_scope=True)) == []
-    wait_for(lambda: store.now() > first.lease_expires_at)
+    wait_until(lambda: store.now() > first.lease_expires_at)
     assert ids(claim(store, slots("a", serialize_by_scope=True), owner="w2")) == [second]
 
 
@@ -102,7 +101,7 @@ def test_not_while_running_blocks_on_a_live_lease_only(store: JobStore) -> None:
     (x,) = claim(store, slots("x", lease=BRIEF_LEASE), owner="other")
     assert claim(store, b) == []
     # The x lease expires: expired leases never block.
-    wait_for(lambda: store.now() > x.lease_expires_at)
+    wait_until(lambda: store.now() > x.lease_expires_at)
     assert len(claim(store, b)) == 1
 
 
@@ -169,7 +168,7 @@ def test_waits_for_ignores_expired_leases_and_finished_work(store: JobStore) -> 
     done, lost = claim(store, slots("extract", lease=BRIEF_LEASE))
     store.job_fail_many("w1", [FailItem(done.id, done.lease_token, "E")])
     assert claim(store, index) == []
-    wait_for(lambda: store.now() > lost.lease_expires_at)
+    wait_until(lambda: store.now() > lost.lease_expires_at)
     assert ids(claim(store, index)) == [index_id]
 
 
@@ -235,7 +234,7 @@ def test_a_group_with_an_expired_lease_is_free(store: JobStore) -> None:
     add(store, "digest", scope=("User", "1"))
     batch = claim(store, slots("digest", lease=SHORT_LEASE, grouped=True))
     late = add(store, "digest", scope=("User", "1"))
-    wait_for(lambda: store.now() > batch[0].lease_expires_at)
+    wait_until(lambda: store.now() > batch[0].lease_expires_at)
     assert ids(claim(store, slots("digest", grouped=True), owner="w2")) == [late]
 
 
@@ -300,7 +299,7 @@ def test_pool_ignores_expired_member_leases(store: JobStore) -> None:
     pool = {"p": Resource(concurrency=1, types=["sync"])}
     (first,) = claim(store, slots("sync", lease=BRIEF_LEASE), resources=pool)
     assert claim(store, slots("sync"), resources=pool) == []
-    wait_for(lambda: store.now() > first.lease_expires_at)
+    wait_until(lambda: store.now() > first.lease_expires_at)
     assert ids(claim(store, slots("sync"), resources=pool, owner="w2")) == [second]
 
 

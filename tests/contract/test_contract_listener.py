@@ -5,8 +5,6 @@ from __future__ import annotations
 import threading
 import time
 
-from contract_support import add, claim
-
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import (
     CancelFilter,
@@ -15,6 +13,7 @@ from golemq_pg.store.port import (
     Listener,
     Notification,
 )
+from tests.support.store_port import add, claim
 
 
 def _collect(

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from contract_support import (
-    SHORT_LEASE,
-    add,
-    claim,
-    concurrently,
-    ids,
-    refs,
-    slots,
-    wait_for,
-)
-
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg.store.port import JobStore
 from golemq_pg.testing import memory_store
+from tests.support.store_port import SHORT_LEASE, add, claim, concurrently, ids, refs, slots
+from tests.support.waiting import wait_until
 
 RECLAIMED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
 EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
@@ -24,7 +15,7 @@ EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
 def test_an_expired_lease_goes_back_to_pending_due_now(store: JobStore) -> None:
     job_id = add(store, "a", scope=("S", "1"), max_attempts=3)
     (job,) = claim(store, slots("a", lease=SHORT_LEASE), owner="lost")
-    (reclaimed,) = wait_for(store.lease_recover_expired)
+    (reclaimed,) = wait_until(store.lease_recover_expired)
     assert (reclaimed.id, reclaimed.type, reclaimed.scope) == (job_id, "a", Scope("S", "1"))
     assert (reclaimed.outcome, reclaimed.attempts, reclaimed.lease_owner) == (
         "reclaimed",
@@ -44,7 +35,7 @@ def test_an_expired_lease_goes_back_to_pending_due_now(store: JobStore) -> None:
 def test_an_expired_lease_past_its_budget_is_dead_lettered(store: JobStore) -> None:
     job_id = add(store, "a", max_attempts=1)
     claim(store, slots("a", lease=SHORT_LEASE))
-    (reclaimed,) = wait_for(store.lease_recover_expired)
+    (reclaimed,) = wait_until(store.lease_recover_expired)
     assert (reclaimed.id, reclaimed.outcome, reclaimed.attempts) == (job_id, "failed-terminal", 1)
     row = store.job_get(job_id)
     assert row is not None
@@ -60,7 +51,7 @@ def test_live_leases_and_other_states_are_left_alone(store: JobStore) -> None:
     (live,) = claim(store, slots("live", lease=60))
     (done,) = claim(store, slots("done", lease=SHORT_LEASE))
     assert store.job_complete_many("w1", refs([done])) == {done.id}
-    wait_for(lambda: store.now() > done.lease_expires_at)
+    wait_until(lambda: store.now() > done.lease_expires_at)
     assert store.lease_recover_expired() == []
     counts = store.job_count_by_status()
     assert (counts[JobStatus.RUNNING], counts[JobStatus.SUCCEEDED], counts[JobStatus.PENDING]) == (
@@ -75,7 +66,7 @@ def test_the_reaper_honours_its_limit(store: JobStore) -> None:
     for _ in range(5):
         add(store, "a")
     jobs = claim(store, slots("a", lease=SHORT_LEASE))
-    wait_for(lambda: store.now() > max(j.lease_expires_at for j in jobs))
+    wait_until(lambda: store.now() > max(j.lease_expires_at for j in jobs))
     first = store.lease_recover_expired(limit=2)
     rest = store.lease_recover_expired(limit=10)
     assert len(first) == 2
@@ -87,7 +78,7 @@ def test_the_reaper_honours_its_limit(store: JobStore) -> None:
 def test_a_completed_job_is_never_revived(store: JobStore) -> None:
     job_id = add(store, "a")
     (job,) = claim(store, slots("a", lease=SHORT_LEASE))
-    wait_for(lambda: store.now() > job.lease_expires_at)
+    wait_until(lambda: store.now() > job.lease_expires_at)
     # The worker finishes just as its lease runs out: the write still lands (the fence is
     # owner + token + running) and the reaper then finds nothing to recover.
     assert store.job_complete_many("w1", refs([job])) == {job_id}
@@ -101,7 +92,7 @@ def test_concurrent_reapers_recover_each_job_once(store: JobStore) -> None:
     for _ in range(30):
         add(store, "a")
     jobs = claim(store, slots("a", limit=30, lease=SHORT_LEASE))
-    wait_for(lambda: store.now() > max(j.lease_expires_at for j in jobs))
+    wait_until(lambda: store.now() > max(j.lease_expires_at for j in jobs))
     results = concurrently(4, lambda i: store.lease_recover_expired())
     recovered = [r.id for batch in results for r in batch]
     assert sorted(recovered) == sorted(ids(jobs))

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from contract_support import claim, concurrently, refs, slots
-
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import CancelFilter, DueSchedule, FailItem, JobStore, ScheduleParams
+from tests.support.store_port import claim, concurrently, refs, slots
 
 
 def _every(

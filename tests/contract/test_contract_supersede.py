@@ -10,10 +10,10 @@ a FAILED job whose key is held by a PENDING one where it is.
 
 from __future__ import annotations
 
-from contract_support import SHORT_LEASE, add, claim, put, refs, slots, wait_for
-
 from golemq_pg._types import JobStatus
 from golemq_pg.store.port import ClaimedJob, FailItem, FindParams, JobStore, RetryItem
+from tests.support.store_port import SHORT_LEASE, add, claim, put, refs, slots
+from tests.support.waiting import wait_until
 
 
 def _running_with_pending_replacement(
@@ -44,7 +44,7 @@ def test_release_of_a_superseded_job_leaves_only_the_replacement(store: JobStore
 
 def test_reaper_on_a_superseded_job_leaves_only_the_replacement(store: JobStore) -> None:
     first, second, _ = _running_with_pending_replacement(store, lease=SHORT_LEASE)
-    reclaimed = wait_for(store.lease_recover_expired)
+    reclaimed = wait_until(store.lease_recover_expired)
     assert [r.id for r in reclaimed] == [first]
     assert store.job_get(first) is None
     assert [j.id for j in claim(store, "a")] == [second]

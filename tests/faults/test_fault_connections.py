@@ -1,4 +1,4 @@
-"""Scenarios 4, 5, 6 and 9 of RELIABILITY.md: a stalled worker, terminated connections, a
+"""Scenarios 4, 5, 6 and 9 of docs/RELIABILITY.md: a stalled worker, terminated connections, a
 terminated LISTEN connection, and a database that turns read-only for a while."""
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from typing import Any
 import psycopg
 import pytest
 import structlog
-from _support import FaultEnv, report, type_spec, wait_until
 from psycopg import sql
 
 from golemq_pg import InMemoryStore, Queue, Worker
 from golemq_pg.store.postgres._listener import PgListener
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

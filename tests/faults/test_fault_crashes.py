@@ -1,4 +1,4 @@
-"""Scenarios 1-3 of RELIABILITY.md: a clean multi-process drain, and SIGKILLed workers."""
+"""Scenarios 1-3 of docs/RELIABILITY.md: a clean multi-process drain, and SIGKILLed workers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import signal
 import time
 
 import pytest
-from _support import FaultEnv, report, type_spec, wait_until
+
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -1,11 +1,11 @@
-"""Scenario 13 of RELIABILITY.md: guards under contention.
+"""Scenario 13 of docs/RELIABILITY.md: guards under contention.
 
 Two worker processes serve guarded types (serialize_by_scope, a resource pool, a mutual
 not_while_running pair, waits_for) while eight threads of the test process enqueue with dedupe
 keys (reject and replace), claim and complete directly, cancel, and reap. The effects ledger
 records every run's interval (database clock); overlaps a guard forbids are counted in SQL.
 
-RELIABILITY.md asks for 5 minutes; the suite runs ``$GOLEMQ_FAULTS_GUARD_SECONDS`` (default
+docs/RELIABILITY.md asks for 5 minutes; the suite runs ``$GOLEMQ_FAULTS_GUARD_SECONDS`` (default
 15 s) to stay inside its time budget: set it to 300 for the full soak.
 """
 
@@ -17,11 +17,14 @@ import time
 from collections import Counter
 
 import pytest
-from _support import FaultEnv, env_seconds, report, type_spec, wait_until
 from psycopg import sql
 
 from golemq_pg import Resource
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import env_seconds, report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 
@@ -200,5 +203,3 @@ def _pool_peak(env: FaultEnv) -> int:
 
 def _resources() -> dict[str, Resource]:
     return {"api": Resource(concurrency=POOL_LIMIT, types=["pool-a", "pool-b"])}
-
-

@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
-from _support import FaultEnv
 from psycopg import sql
 
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.fault_env import FaultEnv
 
 pytestmark = pytest.mark.faults
 

@@ -1,4 +1,4 @@
-"""Scenarios 10, 11 and 12 of RELIABILITY.md: the reaper racing completions, cancellation
+"""Scenarios 10, 11 and 12 of docs/RELIABILITY.md: the reaper racing completions, cancellation
 mid-run and during a reaper pass, and the claim under planner variance."""
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from _support import FaultEnv, report, type_spec, wait_until
 
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

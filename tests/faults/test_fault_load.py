@@ -1,12 +1,12 @@
-"""Scenarios 17 and 18 of RELIABILITY.md: NOTIFY coalescing under bulk and many-producer
+"""Scenarios 17 and 18 of docs/RELIABILITY.md: NOTIFY coalescing under bulk and many-producer
 enqueue, and claims while a long transaction holds back xmin.
 
 Scale knobs (the defaults keep the suite inside its time budget on a 2-core machine):
 ``$GOLEMQ_FAULTS_NOTIFY_BULK`` (jobs in the one-transaction COPY, default 50000, as in
-RELIABILITY.md), ``$GOLEMQ_FAULTS_NOTIFY_SINGLE`` (single-job transactions from 8 producers,
-default 16000: RELIABILITY.md's 50000 scaled down, same 8 producers) and
+docs/RELIABILITY.md), ``$GOLEMQ_FAULTS_NOTIFY_SINGLE`` (single-job transactions from 8 producers,
+default 16000: docs/RELIABILITY.md's 50000 scaled down, same 8 producers) and
 ``$GOLEMQ_FAULTS_XMIN_SECONDS`` (how long the snapshot is held, default 15 s; "minutes" in
-RELIABILITY.md).
+docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -20,8 +20,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from _support import FaultEnv, env_seconds, report, type_spec, wait_until
 from psycopg import sql
+
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import env_seconds, report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

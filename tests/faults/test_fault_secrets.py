@@ -1,4 +1,4 @@
-"""RELIABILITY.md, security, with real processes: a payload secret never reaches a worker's
+"""docs/RELIABILITY.md, security, with real processes: a payload secret never reaches a worker's
 logs (captured at DEBUG) or last_error, across success, failure, retry exhaustion and reaping
 by another process after a SIGKILL."""
 
@@ -8,7 +8,11 @@ import signal
 import uuid
 
 import pytest
-from _support import FaultEnv, report, type_spec, wait_until
+
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import report
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -1,11 +1,11 @@
-"""Scenarios 7 and 8 of RELIABILITY.md: the PostgreSQL server restarts under load, and is
+"""Scenarios 7 and 8 of docs/RELIABILITY.md: the PostgreSQL server restarts under load, and is
 down for a while.
 
 These control the server, so they run only when the test DSN is the local cluster and the
 suite may drive ``pg_ctlcluster`` (root on a Debian-style install); otherwise they skip and
 say why (a remote ``GOLEMQ_TEST_DSN``, no pg_ctlcluster, ...). Every other connection to the
 server is cut too, so keep the downtime short: scenario 8's outage is
-``$GOLEMQ_FAULTS_DOWNTIME`` seconds (default 6; RELIABILITY.md's 60 s for the full run). The
+``$GOLEMQ_FAULTS_DOWNTIME`` seconds (default 6; docs/RELIABILITY.md's 60 s for the full run). The
 server is always started again, whatever happens.
 
 Scenario 8 also runs against a TCP proxy in front of the server (no server control needed,
@@ -22,17 +22,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from _support import (
-    FaultEnv,
-    OutageProxy,
-    ServerControl,
-    env_seconds,
-    report,
-    type_spec,
-    wait_until,
-)
 
 from golemq_pg import PostgresStore, Queue
+from tests.support.fault_env import FaultEnv
+from tests.support.fault_report import env_seconds, report
+from tests.support.outage_proxy import OutageProxy
+from tests.support.server_control import ServerControl
+from tests.support.waiting import wait_until
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
 

@@ -1,4 +1,4 @@
-"""RELIABILITY.md, bad input: hostile names.
+"""docs/RELIABILITY.md, bad input: hostile names.
 
 Names that are valid (quotes, ``;``, ``--``, ``%s``, ``$$``, unicode, 255 characters...) must
 round-trip through SQL unchanged on both stores, including the NOTIFY hint a worker parses;

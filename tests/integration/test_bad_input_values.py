@@ -1,4 +1,4 @@
-"""RELIABILITY.md, bad input: payloads, cron strings and durations.
+"""docs/RELIABILITY.md, bad input: payloads, cron strings and durations.
 
 Each gets a clear error (naming the job type and the category, never the payload) before any
 SQL, and changes nothing: no job, no schedule, no progress.

@@ -1,4 +1,4 @@
-"""RELIABILITY.md, bad input: Worker options out of range, unknown resource member types,
+"""docs/RELIABILITY.md, bad input: Worker options out of range, unknown resource member types,
 waits_for cycles.
 
 Out-of-range options raise ``QueueConfigError`` naming the option when the worker (or the

@@ -9,8 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
@@ -19,7 +17,9 @@ import pytest
 from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue
-from golemq_pg.store.port import ClaimedJob, ClaimRequest, FailItem, LeaseRef, TypeSlots
+from golemq_pg.store.port import FailItem, LeaseRef
+from tests.support.store_port import claim, slots
+from tests.support.waiting import wait_until
 
 CANARY = "CANARY-s3cr3t-7f1c"
 
@@ -139,13 +139,6 @@ def test_enqueue_prints_the_id_and_stores_every_option(pg_dsn: str, migrated: st
     assert count_jobs(pg_dsn, migrated) == 2
 
 
-def _claim(store: PostgresStore, job_type: str) -> list[ClaimedJob]:
-    return store.job_claim(
-        ClaimRequest(owner="cli-test", types=[TypeSlots(type=job_type, limit=10,
-                                                         lease_seconds=60)])
-    )
-
-
 def test_stats_failed_retry_failed_and_prune(pg_dsn: str, migrated: str) -> None:
     for job_type, extra in (("mail.send", ()), ("mail.send", ()), ("img.resize", ()),
                             ("img.resize", ("--delay", "2w"))):
@@ -170,11 +163,11 @@ def test_stats_failed_retry_failed_and_prune(pg_dsn: str, migrated: str) -> None
     # Dead-letter both mail jobs and complete the due image job, through the store port.
     store = PostgresStore.connect(pg_dsn, schema=migrated, min_size=1, max_size=2)
     try:
-        mail = _claim(store, "mail.send")
+        mail = claim(store, slots("mail.send", lease=60), owner="cli-test")
         assert len(mail) == 2
         store.job_fail_many("cli-test", [FailItem(j.id, j.lease_token, "RuntimeError: smtp down")
                                          for j in mail])
-        images = _claim(store, "img.resize")
+        images = claim(store, slots("img.resize", lease=60), owner="cli-test")
         assert len(images) == 1
         store.job_complete_many("cli-test", [LeaseRef(j.id, j.lease_token)
                                              for j in images])
@@ -311,14 +304,6 @@ WORKER_MODULE = textwrap.dedent(
 )
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("processes", [1, 2])
 def test_worker_command_runs_an_imported_worker_and_stops_on_sigterm(
     pg_dsn: str, migrated: str, tmp_path: Path, processes: int,
@@ -343,7 +328,8 @@ def test_worker_command_runs_an_imported_worker_and_stops_on_sigterm(
                 Queue(store).add("cli.echo", {"i": i})
         finally:
             store.close()
-        _wait_for(lambda: count_jobs(pg_dsn, migrated, "succeeded") == 20, 60, "20 jobs")
+        wait_until(lambda: count_jobs(pg_dsn, migrated, "succeeded") == 20, 60, interval=0.05,
+                   what="20 jobs")
         assert proc.poll() is None
         pids = {line.split()[1] for line in ledger.read_text().splitlines()}
         assert len(ledger.read_text().splitlines()) == 20

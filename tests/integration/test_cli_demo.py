@@ -7,21 +7,20 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from tests.support.schemas import fresh_schema
+
 
 @pytest.fixture
 def demo_schema(pg_dsn: str) -> Iterator[str]:
     """A schema name the demo accepts (it must contain 'demo'); dropped afterwards."""
-    name = "demo_" + uuid.uuid4().hex[:12]
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    with fresh_schema(pg_dsn, "demo_") as name:
+        yield name
 
 
 def _demo(pg_dsn: str, *args: str) -> subprocess.CompletedProcess[str]:

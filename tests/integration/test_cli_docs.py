@@ -18,6 +18,7 @@ from psycopg import sql
 
 from golemq_pg._types import TRANSITIONS
 from golemq_pg.cli import cli
+from tests.support.schemas import fresh_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -68,10 +69,8 @@ def test_every_command_is_documented() -> None:
 @pytest.fixture
 def doc_schema(pg_dsn: str) -> Iterator[str]:
     """A schema named like the README's ("golemq") but unique; dropped afterwards."""
-    name = "golemq_doc_" + uuid.uuid4().hex[:10]
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    with fresh_schema(pg_dsn, "golemq_doc_", 10) as name:
+        yield name
 
 
 PRELUDE = '''

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -34,6 +33,7 @@ from golemq_pg.store.port import (
 )
 from golemq_pg.store.postgres import PostgresStore
 from golemq_pg.store.postgres._claim import _WINDOW_MIN
+from tests.support.waiting import wait_until
 
 
 def _bunch(store: PostgresStore, job_type: str, scopes: int, per_scope: int,
@@ -356,7 +356,7 @@ def test_the_rate_window_restarts_and_charges_every_attempt(pg_dsn: str, schema:
         # the window elapses (database clock): a full budget again, the retry charged anew
         opened = _window_start(store)
         deadline = opened + timedelta(seconds=1.5)
-        _wait(lambda: store.now() >= deadline, 10)
+        wait_until(lambda: store.now() >= deadline, 10, interval=0.05)
         again = _claim(store, slot, resources=pool)
         assert sorted(j.id for j in again) == sorted([first[0].id, _other(store, first)])
         assert _budget(store) == 2
@@ -389,13 +389,6 @@ def _other(store: PostgresStore, claimed: list[ClaimedJob]) -> str:
             sql.Identifier(store.schema)), ([int(j.id) for j in claimed],)).fetchall()
     assert len(rows) == 1
     return str(rows[0][0])
-
-
-def _wait(predicate: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_a_running_scope_with_a_long_backlog_does_not_hide_the_scopes_behind_it(

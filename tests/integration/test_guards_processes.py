@@ -1,6 +1,6 @@
-"""Guards across real worker processes on real PostgreSQL (issue 5).
+"""Guards across real worker processes on real PostgreSQL.
 
-Each test starts worker processes (``_guard_worker.py`` run with ``sys.executable``) that
+Each test starts worker processes (tests/support/worker_process.py, guard ledger) that
 build a PostgresStore and a golemq_pg.Worker with guarded handlers; every handler run writes
 a row to a ledger table in the test's schema: (job, type, scope, worker, pid, the claim's
 started_at, and clock_timestamp() at handler start and end). The assertions are SQL over
@@ -14,24 +14,33 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
 import psycopg
 import pytest
 from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue
+from tests.support.waiting import wait_until
+from tests.support.workers import start_process, worker_config
 
-WORKER_SCRIPT = Path(__file__).with_name("_guard_worker.py")
 #: Worker options every test process uses: quick polls, quick shutdown.
 FAST = {"poll_interval": 0.05, "shutdown_grace": 5, "abandon_grace": 1}
+
+
+def guarded_handler(spec: dict[str, Any]) -> dict[str, Any]:
+    """A handler of the guard ledger from ``{type, sleep: [lo, hi], hang, ...options}``: its
+    run sleeps 1-3 ms unless told otherwise; ``hang`` records its start, then sleeps until
+    the process dies."""
+    options = {k: v for k, v in spec.items() if k not in ("type", "sleep", "hang")}
+    return {"type": spec["type"], "options": options, "ledger": "guard",
+            "sleep": spec.get("sleep", [0.001, 0.003]),
+            "sleep_mode": "hang" if spec.get("hang") else "ignore"}
 
 
 class Procs:
@@ -46,23 +55,23 @@ class Procs:
     def spawn(self, worker_id: str, handlers: list[dict[str, Any]], *,
               resources: dict[str, Any] | None = None, worker: dict[str, Any] | None = None,
               rate_window: float | None = None) -> subprocess.Popen[bytes]:
-        cfg: dict[str, Any] = {
-            "dsn": self.dsn, "schema": self.schema, "worker_id": worker_id, "mode": "run",
-            "handlers": handlers, "resources": resources or {}, "pool_size": 3,
-            "worker": {**FAST, **(worker or {})},
-        }
+        store: dict[str, Any] = {"max_size": 3, "application_name": "guard-test-worker"}
         if rate_window is not None:
-            cfg["rate_window"] = rate_window
+            store["rate_window"] = rate_window
+        config = worker_config(
+            self.dsn, self.schema, worker_id, mode="run", ready="when_running", store=store,
+            worker={**FAST, **(worker or {}), "resources": resources or {}},
+            handlers=[guarded_handler(spec) for spec in handlers],
+        )
         log = self.logs / f"{worker_id}.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT), orjson.dumps(cfg)],
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = start_process(config, stdout=out, stderr=subprocess.STDOUT, text=False)
         self.procs[worker_id] = proc
         return proc
 
     def wait_ready(self, timeout: float = 30) -> None:
-        wait_until(lambda: all(self.ready(w) for w in self.procs), timeout,
-                   lambda: "workers not ready: " + self.tails())
+        wait_until(lambda: all(self.ready(w) for w in self.procs), timeout, interval=0.05,
+                   what=lambda: "workers ready: " + self.tails())
 
     def ready(self, worker_id: str) -> bool:
         proc = self.procs[worker_id]
@@ -110,15 +119,6 @@ def procs(pg_store: PostgresStore, pg_dsn: str, tmp_path: Path) -> Iterator[Proc
         group.kill_all()
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float,
-               message: Callable[[], str] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(message() if message else "condition not met in time")
-        time.sleep(0.05)
-
-
 def query(dsn: str, schema: str, text: str, params: tuple[Any, ...] = ()) -> list[Any]:
     """Run ``text`` with {ledger} and {jobs} bound to the test's tables."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -164,7 +164,8 @@ def test_serialize_by_scope_across_four_processes(
     for i in range(4):
         procs.spawn(f"sbs-{i}", [handler])
     procs.wait_ready()
-    wait_until(lambda: succeeded(pg_dsn, schema, "acct.sync") == 5000, 150, procs.tails)
+    wait_until(lambda: succeeded(pg_dsn, schema, "acct.sync") == 5000, 150,
+               interval=0.05, what=procs.tails)
     procs.stop()
 
     overlaps = query(pg_dsn, schema, """
@@ -205,7 +206,8 @@ def test_pool_concurrency_with_costs_across_processes(
     procs.spawn("pool-1", handlers("a", "b"), resources=pools)
     procs.spawn("pool-2", handlers("c"), resources=pools)  # b still counts here
     procs.wait_ready()
-    wait_until(lambda: succeeded(pg_dsn, schema, "a", "b", "c") == 240, 120, procs.tails)
+    wait_until(lambda: succeeded(pg_dsn, schema, "a", "b", "c") == 240, 120,
+               interval=0.05, what=procs.tails)
     procs.stop()
 
     runs = query(pg_dsn, schema, "SELECT type, started_at, finished_at, worker FROM {ledger}")
@@ -233,7 +235,8 @@ def test_rate_budget_across_two_processes(
     for i in range(2):
         procs.spawn(f"rate-{i}", handler, resources=pools, rate_window=window)
     procs.wait_ready()
-    wait_until(lambda: succeeded(pg_dsn, schema, "rated") == jobs, 60, procs.tails)
+    wait_until(lambda: succeeded(pg_dsn, schema, "rated") == jobs, 60,
+               interval=0.05, what=procs.tails)
     procs.stop()
 
     runs = query(pg_dsn, schema, "SELECT claimed_at, worker FROM {ledger} ORDER BY claimed_at")
@@ -269,7 +272,8 @@ def test_mutual_not_while_running_never_overlaps_across_processes(
     for i in range(2):
         procs.spawn(f"nwr-{i}", handlers)
     procs.wait_ready()
-    wait_until(lambda: succeeded(pg_dsn, schema, "x", "y") == 300, 120, procs.tails)
+    wait_until(lambda: succeeded(pg_dsn, schema, "x", "y") == 300, 120,
+               interval=0.05, what=procs.tails)
     procs.stop()
 
     overlaps = query(pg_dsn, schema, """
@@ -302,7 +306,8 @@ def test_waits_for_holds_until_the_backlog_drains_and_ignores_future_jobs(
         procs.spawn(f"wf-{i}", handlers)
     procs.wait_ready()
     # The 5 future ingest jobs stay pending all along, and must not hold the rollups back.
-    wait_until(lambda: succeeded(pg_dsn, schema, "rollup") == 20, 90, procs.tails)
+    wait_until(lambda: succeeded(pg_dsn, schema, "rollup") == 20, 90,
+               interval=0.05, what=procs.tails)
     procs.stop()
 
     assert succeeded(pg_dsn, schema, "ingest") == 200
@@ -328,7 +333,8 @@ def test_a_crashed_holder_stops_blocking_once_its_lease_expires(
                          worker={"lease_grace": 2.0})
     procs.wait_ready()
     wait_until(lambda: count(pg_dsn, schema, "SELECT count(*) FROM {ledger}") == 1, 30,
-               procs.tails)
+               interval=0.05,
+               what=procs.tails)
     procs.spawn("blocked", [
         {"type": "nwr", "concurrency": 2, "not_while_running": ["holder"]},
         {"type": "wf", "concurrency": 2, "waits_for": ["holder"]},
@@ -345,13 +351,15 @@ def test_a_crashed_holder_stops_blocking_once_its_lease_expires(
     # No renewal can follow the kill: this is when the holder's lease runs out.
     (expires,) = query(pg_dsn, schema, "SELECT lease_expires_at FROM {jobs} "
                                        "WHERE type = 'holder' AND status = 'running'")[0]
-    wait_until(lambda: query(pg_dsn, schema, "SELECT now() > %s", (expires,))[0][0], 10)
+    wait_until(lambda: query(pg_dsn, schema, "SELECT now() > %s", (expires,))[0][0], 10,
+               interval=0.05)
     queue.add("nwr", {"n": 3})  # the wake-up
     queue.add("wf", {"n": 3})
-    wait_until(lambda: succeeded(pg_dsn, schema, "nwr", "wf") == 8, 30, procs.tails)
+    wait_until(lambda: succeeded(pg_dsn, schema, "nwr", "wf") == 8, 30,
+               interval=0.05, what=procs.tails)
     wait_until(lambda: count(pg_dsn, schema, "SELECT count(*) FROM {jobs} "
                                              "WHERE type = 'holder' AND status = 'failed'") == 1,
-               15, procs.tails)  # the blocked worker's reaper, within 5 s
+               15, interval=0.05, what=procs.tails)  # the blocked worker's reaper, within 5 s
     procs.stop()
 
     claims = query(pg_dsn, schema, "SELECT type, claimed_at FROM {ledger} "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from golemq_pg.store.port import (
     TypeSlots,
 )
 from golemq_pg.store.postgres import PostgresStore
+from tests.support.waiting import wait_until
 
 
 def _add(store: PostgresStore, n: int, job_type: str = "a", **kwargs: Any) -> None:
@@ -44,11 +44,8 @@ def _refs(jobs: list[ClaimedJob]) -> list[LeaseRef]:
 
 
 def _wait_expired(store: PostgresStore, jobs: list[ClaimedJob]) -> None:
-    deadline = time.monotonic() + 10
     latest = max(j.lease_expires_at for j in jobs)
-    while store.now() <= latest:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: store.now() > latest, timeout=10, what="the leases expired")
 
 
 @pytest.fixture

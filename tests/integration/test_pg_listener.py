@@ -20,6 +20,7 @@ from golemq_pg.store.port import (
 )
 from golemq_pg.store.postgres import PostgresStore
 from golemq_pg.store.postgres._listener import PgListener, parse_notification
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -127,14 +128,12 @@ def test_close_ends_a_blocked_wait_and_closes_the_connection(
 
 def wait_gone(admin: psycopg.Connection[tuple[object, ...]], pid: int) -> bool:
     """Whether backend ``pid`` ends within a few seconds (a closed connection's backend)."""
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
                             (pid,)).fetchone()
-        if row == (0,):
-            return True
-        time.sleep(0.02)
-    return False
+        return row == (0,)
+
+    return wait_until(gone, timeout=5.0, what=f"backend {pid} ended")
 
 
 def test_listener_never_raises_while_the_server_is_unreachable() -> None:

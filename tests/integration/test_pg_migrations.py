@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,15 +16,14 @@ from psycopg import sql
 from golemq_pg.store.port import EnqueueParams
 from golemq_pg.store.postgres import PostgresStore, migration_script
 from golemq_pg.store.postgres._migrations import migrations
+from tests.support.schemas import fresh_schema
 
 
 @pytest.fixture
 def other_schema(pg_dsn: str) -> Iterator[str]:
     """A second fresh schema name, dropped afterwards."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    with fresh_schema(pg_dsn) as name:
+        yield name
 
 
 def _catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg_pool import ConnectionPool
 
 from golemq_pg._types import JobStatus, Resource, Scope
@@ -83,24 +81,6 @@ def test_bound_store_verbs_roll_back_with_the_caller(
     assert pg_store.job_get(job_id) is not None
     bound.close()  # closing a bound store closes nothing
     assert not pg_store.pool.closed
-
-
-def test_prune_by_age_and_cut_off_in_bounded_batches(pg_store: PostgresStore) -> None:
-    pg_store.job_enqueue_many(EnqueueManyParams(type="a", payloads=[b"{}"] * 10))
-    jobs = pg_store.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)]))
-    pg_store.job_complete_many("w", [LeaseRef(j.id, j.lease_token) for j in jobs[:6]])
-    pg_store.job_fail_many("w", [FailItem(j.id, j.lease_token, "E") for j in jobs[6:8]])
-    statuses = (JobStatus.SUCCEEDED, JobStatus.FAILED)
-    assert pg_store.job_prune(statuses, before=None, age=3600) == 0
-    later = pg_store.now() + timedelta(seconds=1)
-    assert pg_store.job_prune(statuses, before=later, age=None, limit=3) == 3
-    assert pg_store.job_prune((JobStatus.FAILED,), before=later, age=None) == 2
-    assert pg_store.job_prune(statuses, before=later, age=None) == 3
-    assert pg_store.job_count_by_status() == {
-        JobStatus.PENDING: 0, JobStatus.RUNNING: 2, JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 0
-    }
-    with pytest.raises(ValueError, match="before or age"):
-        pg_store.job_prune(statuses, before=None, age=None)
 
 
 def test_retry_failed_revives_dead_letters_and_wakes_workers(pg_store: PostgresStore) -> None:

@@ -1,4 +1,4 @@
-"""RELIABILITY.md, security: the queue works under a least-privilege runtime role.
+"""docs/RELIABILITY.md, security: the queue works under a least-privilege runtime role.
 
 The owner (the test DSN's user) migrates; a runtime role gets only USAGE on the schema,
 SELECT/INSERT/UPDATE/DELETE on its tables, USAGE on its sequences and EXECUTE on its

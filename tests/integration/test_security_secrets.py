@@ -1,4 +1,4 @@
-"""RELIABILITY.md, security: a secret in a payload never leaves the payload.
+"""docs/RELIABILITY.md, security: a secret in a payload never leaves the payload.
 
 A canary string rides in every payload; the worker runs every outcome (success with
 progress, failure, retry exhaustion, terminal error, ``False``, timeout, cancellation,

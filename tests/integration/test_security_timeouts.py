@@ -1,4 +1,4 @@
-"""RELIABILITY.md, security: worker connections set statement_timeout, lock_timeout and
+"""docs/RELIABILITY.md, security: worker connections set statement_timeout, lock_timeout and
 idle_in_transaction_session_timeout, so a stuck statement cannot wedge the queue.
 
 Checked on the connections a running Worker actually uses (its pool, its LISTEN connection)

@@ -10,17 +10,12 @@ from typing import Any
 import psycopg
 import structlog
 from psycopg import sql
-from test_worker_helpers import (
-    Recorder,
-    effects,
-    effects_table,
-    job_rows,
-    record_effect,
-    spawn_worker,
-    wait_until,
-)
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from tests.support.ledgers import effects, effects_table, job_rows, record_effect
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
+from tests.support.workers import spawn_worker
 
 
 def test_a_job_running_three_leases_long_is_never_taken_twice(

@@ -1,9 +1,8 @@
-"""Maintenance and resilience: blocked-type warnings, retention, schedules, a lost LISTEN
-connection, killed pool connections."""
+"""Maintenance and resilience: blocked-type warnings, a lost LISTEN connection, killed pool
+connections. Retention is in test_retention.py, schedules in test_schedules.py."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import uuid
@@ -12,9 +11,10 @@ from typing import Any
 
 import psycopg
 import structlog
-from test_worker_helpers import effects, effects_table, record_effect, wait_until
 
-from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Retention, Worker
+from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from tests.support.ledgers import effects, effects_table, record_effect
+from tests.support.waiting import wait_until
 
 
 def test_a_type_blocked_for_many_polls_logs_what_blocks_it(store: Any) -> None:
@@ -34,46 +34,6 @@ def test_a_type_blocked_for_many_polls_logs_what_blocks_it(store: Any) -> None:
     assert len(warnings) == 1
     assert warnings[0]["type"] == "report"
     assert warnings[0]["blocked_by"] == "type import"
-
-
-def test_retention_prunes_old_finished_rows(store: Any) -> None:
-    queue = Queue(store)
-    ids = [queue.add("short-lived", {"n": n}) for n in range(5)]
-    first = Worker(store, poll_interval=0.05)
-    first.handler("short-lived")(lambda job: None)
-    first.run_until_empty(timeout=20)
-    assert all(queue.get(i) is not None for i in ids)  # type: ignore[arg-type]
-    time.sleep(0.3)
-    keeper = queue.add("pending-one", {})
-    worker = Worker(store, poll_interval=0.05,
-                    retention=Retention(older_than=0.2, sweep_interval=0.05))
-    worker.start()
-    try:
-        wait_until(lambda: all(queue.get(i) is None for i in ids), timeout=10)  # type: ignore[arg-type]
-    finally:
-        worker.stop()
-    assert keeper is not None
-    assert queue.get(keeper) is not None  # live work is never pruned
-
-
-def test_interval_schedules_fire_through_the_worker(store: Any) -> None:
-    queue = Queue(store)
-    queue.schedule("heartbeat", "beat", {"k": 1}, every=0.2)
-    runs: list[float] = []
-    worker = Worker(store, poll_interval=0.05)
-
-    @worker.handler("beat")
-    def beat(job: JobEvent[Any]) -> None:
-        assert job.payload == {"k": 1}
-        runs.append(time.monotonic())
-
-    worker.start()
-    try:
-        wait_until(lambda: len(runs) >= 3, timeout=10)
-    finally:
-        worker.stop()
-    gaps = [b - a for a, b in itertools.pairwise(runs)]
-    assert all(gap >= 0.15 for gap in gaps)  # repeat_from="finished": one at a time, spaced
 
 
 def _terminate(dsn: str, application_name: str, *, listen_only: bool = False) -> int:

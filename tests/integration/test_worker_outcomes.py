@@ -1,5 +1,6 @@
 """Handler outcomes end to end, on both stores: success, False, terminal, retryable,
-exhaustion, BaseException, observers, retry strategy, grouped batches, progress."""
+exhaustion, BaseException, observers, progress, run_until_empty, the context manager.
+Retry strategies and backoff are in test_retry.py, grouped batches in test_grouped.py."""
 
 from __future__ import annotations
 
@@ -8,41 +9,21 @@ import time
 from typing import Any
 
 import structlog
-from test_worker_helpers import Recorder, wait_until
 
 from golemq_pg import (
-    BatchEvent,
     JobEvent,
     JobStatus,
-    JobSummary,
-    JobType,
     Queue,
     RetryableJobError,
-    RetryContext,
     Scope,
     TerminalJobError,
     Transition,
-    Worker,
 )
+from tests.support.in_process import drain_one, fast_worker
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
 
 CANARY = "canary-secret-w42"
-
-
-def fast_worker(store: Any, **options: Any) -> Worker:
-    defaults: dict[str, Any] = {"poll_interval": 0.05, "base_backoff": 0, "max_backoff": 0}
-    defaults.update(options)
-    return Worker(store, **defaults)
-
-
-def drain_one(queue: Queue, worker: Worker, job_type: str, payload: dict[str, Any],
-              **options: Any) -> JobSummary:
-    """Add one job, run ``worker`` until the queue is empty, and return the job's row."""
-    job_id = queue.add(job_type, payload, **options)
-    assert job_id
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
-    return summary
 
 
 def test_return_none_and_true_succeed_and_fields_are_delivered(store: Any) -> None:
@@ -164,46 +145,6 @@ def test_retryable_error_without_consuming_attempts(store: Any) -> None:
     assert summary.attempts == 1
 
 
-def test_retry_after_is_a_floor_above_max_backoff(store: Any) -> None:
-    queue = Queue(store)
-    rec = Recorder()
-    worker = fast_worker(store, observers=[rec], max_backoff=1, base_backoff=1)
-
-    @worker.handler("later")
-    def later(job: JobEvent[Any]) -> None:
-        raise RetryableJobError("come back in an hour", retry_after=3600)
-
-    job_id = queue.add("later", {})
-    assert job_id
-    before = store.now()
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
-    assert summary.status is JobStatus.PENDING
-    assert summary.attempts == 1
-    assert (summary.run_at - before).total_seconds() >= 3590
-    assert summary.last_error == "RetryableJobError: come back in an hour"
-
-
-def test_default_backoff_parks_the_retry_in_the_future(store: Any) -> None:
-    queue = Queue(store)
-    worker = fast_worker(store, base_backoff=60, max_backoff=600)
-
-    @worker.handler("slow-retry")
-    def slow_retry(job: JobEvent[Any]) -> None:
-        raise RuntimeError("try later")
-
-    job_id = queue.add("slow-retry", {})
-    assert job_id
-    before = store.now()
-    worker.run_until_empty(timeout=20)
-    summary = queue.get(job_id)
-    assert summary is not None
-    assert summary.status is JobStatus.PENDING
-    delay = (summary.run_at - before).total_seconds()
-    assert 59 <= delay <= 60 * 1.25 + 5
-
-
 def test_base_exceptions_fail_the_attempt_but_not_the_pool(store: Any) -> None:
     queue = Queue(store)
     worker = fast_worker(store)
@@ -232,29 +173,6 @@ def test_base_exceptions_fail_the_attempt_but_not_the_pool(store: Any) -> None:
                                                          "SystemExit: handler raised"}
 
 
-def test_custom_retry_strategy(store: Any) -> None:
-    queue = Queue(store)
-    contexts: list[RetryContext] = []
-
-    def strategy(ctx: RetryContext) -> float | None:
-        contexts.append(ctx)
-        return 0.0 if ctx.attempt == 1 else None
-
-    worker = fast_worker(store, retry_strategy=strategy)
-
-    @worker.handler("custom")
-    def custom(job: JobEvent[Any]) -> None:
-        raise LookupError("missing")
-
-    summary = drain_one(queue, worker, "custom", {}, max_attempts=10)
-    assert summary.status is JobStatus.FAILED
-    assert summary.attempts == 2
-    assert [c.attempt for c in contexts] == [1, 2]
-    assert isinstance(contexts[0].error, LookupError)
-    assert contexts[0].job_id == summary.id
-    assert contexts[0].max_attempts == 10
-
-
 def test_observer_exceptions_are_contained(store: Any) -> None:
     class Broken:
         def on_transition(self, t: Transition) -> None:
@@ -280,51 +198,6 @@ def test_observer_exceptions_are_contained(store: Any) -> None:
     failures = [e for e in logs if e["event"] == "observer_failed"]
     assert failures
     assert CANARY not in repr(logs)
-
-
-def test_grouped_batches_deliver_each_scope_once(store: Any) -> None:
-    queue = Queue(store)
-    digest = JobType("digest", grouped=True)
-    worker = fast_worker(store)
-    batches: list[tuple[Scope | None, list[int], int]] = []
-
-    @worker.handler(digest, concurrency=2)
-    def send(batch: BatchEvent[Any]) -> None:
-        batches.append((batch.scope, [j.payload["n"] for j in batch.jobs], batch.attempt))
-        assert all(j.signal is batch.signal for j in batch.jobs)
-
-    for n in range(5):
-        queue.add(digest, {"n": n}, scope=("User", "u1"))
-    for n in range(3):
-        queue.add(digest, {"n": 10 + n}, scope=("User", "u2"))
-    worker.run_until_empty(timeout=20)
-    by_scope = {scope: ns for scope, ns, _ in batches}
-    assert by_scope == {Scope("User", "u1"): [0, 1, 2, 3, 4], Scope("User", "u2"): [10, 11, 12]}
-    assert all(attempt == 1 for _, _, attempt in batches)
-    assert queue.count_by_status()[JobStatus.SUCCEEDED] == 8
-
-
-def test_grouped_failure_retries_the_whole_batch_and_max_batch_splits(store: Any) -> None:
-    queue = Queue(store)
-    worker = fast_worker(store)
-    sizes: list[tuple[int, int]] = []
-
-    @worker.handler("bundle", grouped=True, max_batch=2)
-    def bundle(batch: BatchEvent[Any]) -> None:
-        sizes.append((len(batch.jobs), batch.attempt))
-        if batch.attempt == 1:
-            raise RuntimeError("downstream down")
-
-    for n in range(4):
-        queue.add("bundle", {"n": n}, scope=("Feed", "f"), max_attempts=3)
-    worker.run_until_empty(timeout=20)
-    assert all(size <= 2 for size, _ in sizes)
-    assert sum(size for size, attempt in sizes if attempt == 1) == 4
-    counts = queue.count_by_status()
-    assert counts[JobStatus.SUCCEEDED] == 4
-    for summary in queue.find(types=["bundle"]):
-        assert summary.attempts == 2
-        assert summary.last_error == "RuntimeError: downstream down"
 
 
 def test_progress_is_persisted_and_the_last_value_wins(store: Any) -> None:

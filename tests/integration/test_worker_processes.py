@@ -8,9 +8,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from test_worker_helpers import effects, effects_table, job_rows, spawn_worker, wait_until
-
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Resource, Worker
+from tests.support.ledgers import effects, effects_table, job_rows
+from tests.support.waiting import wait_until
+from tests.support.workers import spawn_worker
 
 
 def test_two_processes_drain_5000_jobs_exactly_once(pg_store: PostgresStore, pg_dsn: str) -> None:

@@ -8,9 +8,10 @@ import threading
 import time
 from typing import Any
 
-from test_worker_helpers import effects, effects_table, job_rows, spawn_worker, wait_until
-
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from tests.support.ledgers import effects, effects_table, job_rows
+from tests.support.waiting import wait_until
+from tests.support.workers import spawn_worker
 
 
 def test_running_work_finishes_within_grace_and_buffered_work_is_released(store: Any) -> None:
@@ -162,7 +163,7 @@ def test_sigterm_on_a_worker_process_with_jobs_in_flight(pg_store: PostgresStore
     for n in range(10):
         queue.add("work", {"n": n})
     proc = spawn_worker(pg_dsn, schema, "term", sleep=30, concurrency=2,
-                        env={"GRACE": "0.3", "ABANDON": "2"})
+                        shutdown_grace=0.3, abandon_grace=2)
     try:
         wait_until(lambda: len(effects(pg_dsn, schema)) >= 2, timeout=15)
         proc.send_signal(signal.SIGTERM)

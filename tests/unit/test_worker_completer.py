@@ -6,13 +6,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from worker_runtime import bare_runtime
-
 from golemq_pg import InMemoryStore, JobEvent, Queue, Resource, Worker
 from golemq_pg.worker.completer import Completer, unblocked_by
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.runtime import Runtime
+from tests.support.worker_runtime import bare_runtime
 
 
 def _runtime(resources: dict[str, Resource] | None, *specs: Any) -> Runtime:

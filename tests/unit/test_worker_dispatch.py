@@ -9,7 +9,6 @@ from collections import Counter
 from typing import Any
 
 import structlog
-from worker_runtime import bare_runtime
 
 from golemq_pg import InMemoryStore, JobEvent, JobStatus, Queue, Worker
 from golemq_pg.store.port import ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
@@ -17,6 +16,7 @@ from golemq_pg.testing import memory_store
 from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import MAX_ADAPTIVE_PREFETCH, TypePool
+from tests.support.worker_runtime import bare_runtime
 
 
 class RecordingStore(InMemoryStore):

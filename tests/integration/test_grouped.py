@@ -1,7 +1,8 @@
-"""Issue 7, grouped handlers: every due job of one (type, scope) delivered as one BatchEvent
-in arrival order; success consumes the batch, failure retries all of it; a running group is
-locked; different groups run in parallel. The headline test runs 10 groups x 50 messages
-through two worker processes while the messages are being added."""
+"""Grouped handlers: every due job of one (type, scope) delivered as one BatchEvent in
+arrival order; success consumes the batch, failure retries all of it; max_batch splits a
+group; a running group is locked; different groups run in parallel; a grouped type needs a
+scope. The headline test runs 10 groups x 50 messages through two worker processes while
+the messages are being added."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from typing import Any, TypedDict
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import kill_leftovers, spawn_script, stop_gracefully
 
-from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Worker
+from golemq_pg import BatchEvent, JobStatus, JobType, PostgresStore, Queue, Scope, Worker
 from golemq_pg.testing import memory_store
+from tests.support.in_process import fast_worker
+from tests.support.workers import kill_leftovers, spawn, stop_gracefully, worker_config
 
 
 class DigestPayload(TypedDict):
@@ -34,54 +36,21 @@ PER_GROUP = 50
 MAX_BATCH = 20
 CONCURRENCY = 3
 
-#: A worker process with a grouped handler. Each batch is written to the ledger, one row per
-#: job: (job_id, grp, seq, attempt, batch, pid, started, ended, ok). A batch whose jobs are
-#: all on their first attempt and that holds a message with seq % 23 == 0 fails once, so
-#: "failure retries every one" is exercised without ever exhausting an attempt budget.
-#: argv: dsn schema worker_id
-GROUPED_WORKER = r"""
-import itertools, os, random, sys, threading, time
-from psycopg import sql
-from golemq_pg import PostgresStore, Worker
-
-dsn, schema, worker_id = sys.argv[1], sys.argv[2], sys.argv[3]
-store = PostgresStore.connect(dsn, schema=schema, max_size=8)
-worker = Worker(store, worker_id=worker_id, poll_interval=0.2, base_backoff=0, max_backoff=0,
-                shutdown_grace=5)
-insert = sql.SQL(
-    "INSERT INTO {}.ledger (job_id, grp, seq, attempt, batch, pid, started, ended, ok) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(sql.Identifier(schema))
-counter = itertools.count()
-lock = threading.Lock()
-
-@worker.handler("digest", grouped=True, max_batch=int(os.environ["MAX_BATCH"]),
-                concurrency=int(os.environ["CONCURRENCY"]))
-def digest(batch):
-    with lock:
-        batch_no = f"{worker_id}:{next(counter)}"
-    started = time.time()
-    time.sleep(random.uniform(0.05, 0.15))
-    poisoned = (all(j.attempt == 1 for j in batch.jobs)
-                and any(j.payload["seq"] % 23 == 0 for j in batch.jobs))
-    ended = time.time()
-    rows = [(j.id, j.payload["group"], j.payload["seq"], j.attempt, batch_no, os.getpid(),
-             started, ended, not poisoned) for j in batch.jobs]
-    with store.pool.connection() as conn:
-        with conn.cursor() as cur:
-            cur.executemany(insert, rows)
-    if poisoned:
-        raise RuntimeError("poisoned once")
-
-print("ready", flush=True)
-worker.run()
-store.close()
-print("exited", flush=True)
-"""
-
 
 def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
-    return spawn_script(GROUPED_WORKER, dsn, schema, worker_id,
-                        env={"MAX_BATCH": str(MAX_BATCH), "CONCURRENCY": str(CONCURRENCY)})
+    """A worker process with a grouped handler. Each batch is written to the ledger, one row
+    per job: (job_id, grp, seq, attempt, batch, pid, started, ended, ok). A batch whose jobs
+    are all on their first attempt and that holds a message with seq % 23 == 0 fails once,
+    so "failure retries every one" is exercised without ever exhausting an attempt budget."""
+    return spawn(worker_config(
+        dsn, schema, worker_id, store={"max_size": 8},
+        worker={"poll_interval": 0.2, "base_backoff": 0, "max_backoff": 0,
+                "shutdown_grace": 5},
+        handlers=[{"type": "digest", "ledger": "batches", "sleep": [0.05, 0.15],
+                   "options": {"grouped": True, "max_batch": MAX_BATCH,
+                               "concurrency": CONCURRENCY},
+                   "fail_first_batch_when": {"field": "seq", "multiple_of": 23}}],
+    ))
 
 
 def _count_succeeded(dsn: str, schema: str) -> int:
@@ -300,3 +269,56 @@ def test_a_grouped_job_type_needs_a_scope(store: Any) -> None:
     with pytest.raises(ValueError, match="grouped"):
         queue.add_many(Digest, [{"group": "a", "seq": 0}])
     assert queue.count_by_status()[JobStatus.PENDING] == 0
+
+
+def test_grouped_batches_deliver_each_scope_once(store: Any) -> None:
+    queue = Queue(store)
+    digest = JobType("digest", grouped=True)
+    worker = fast_worker(store)
+    batches: list[tuple[Scope | None, list[int], int]] = []
+
+    @worker.handler(digest, concurrency=2)
+    def send(batch: BatchEvent[Any]) -> None:
+        batches.append((batch.scope, [j.payload["n"] for j in batch.jobs], batch.attempt))
+        assert all(j.signal is batch.signal for j in batch.jobs)
+
+    for n in range(5):
+        queue.add(digest, {"n": n}, scope=("User", "u1"))
+    for n in range(3):
+        queue.add(digest, {"n": 10 + n}, scope=("User", "u2"))
+    worker.run_until_empty(timeout=20)
+    by_scope = {scope: ns for scope, ns, _ in batches}
+    assert by_scope == {Scope("User", "u1"): [0, 1, 2, 3, 4], Scope("User", "u2"): [10, 11, 12]}
+    assert all(attempt == 1 for _, _, attempt in batches)
+    assert queue.count_by_status()[JobStatus.SUCCEEDED] == 8
+
+
+def test_grouped_failure_retries_the_whole_batch_and_max_batch_splits(store: Any) -> None:
+    queue = Queue(store)
+    worker = fast_worker(store)
+    sizes: list[tuple[int, int]] = []
+
+    @worker.handler("bundle", grouped=True, max_batch=2)
+    def bundle(batch: BatchEvent[Any]) -> None:
+        sizes.append((len(batch.jobs), batch.attempt))
+        if batch.attempt == 1:
+            raise RuntimeError("downstream down")
+
+    for n in range(4):
+        queue.add("bundle", {"n": n}, scope=("Feed", "f"), max_attempts=3)
+    worker.run_until_empty(timeout=20)
+    assert all(size <= 2 for size, _ in sizes)
+    assert sum(size for size, attempt in sizes if attempt == 1) == 4
+    counts = queue.count_by_status()
+    assert counts[JobStatus.SUCCEEDED] == 4
+    for summary in queue.find(types=["bundle"]):
+        assert summary.attempts == 2
+        assert summary.last_error == "RuntimeError: downstream down"
+
+
+def test_grouped_job_type_needs_scope(store: Any) -> None:
+    queue = Queue(store)
+    digest: JobType[dict[str, Any]] = JobType("digest.send", grouped=True)
+    with pytest.raises(ValueError, match="scope"):
+        queue.add(digest, {"x": 1})
+    assert queue.add(digest, {"x": 1}, scope=("User", "u1")) is not None

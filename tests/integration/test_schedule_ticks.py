@@ -1,67 +1,45 @@
-"""Issue 7, schedules: one job per tick across worker processes, cron across daylight-saving
-changes on a fake clock, downtime, redeclaration, repeat_from, start_at and validation."""
+"""When schedules fire: one job per tick across worker processes (and faster than the poll
+interval), cron across daylight-saving changes on a fake clock, and one firing after
+downtime. Declaring, redeclaring, repeat_from, start_at and validation are in
+test_schedules.py."""
 
 from __future__ import annotations
 
 import itertools
 import subprocess
-import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
-import pytest
 from psycopg import sql
-from test_worker_helpers import kill_leftovers, spawn_script, stop_gracefully
 
 from golemq_pg import (
     InMemoryStore,
     JobEvent,
     JobStatus,
-    JobType,
     PostgresStore,
     Queue,
     Worker,
 )
 from golemq_pg._schedule import next_tick
 from golemq_pg.testing import FakeClock, memory_store
+from tests.support.workers import kill_leftovers, spawn, stop_gracefully, worker_config
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
-# -- three worker processes, one 1-second schedule ------------------------------------------
-
-#: A worker process that declares the shared schedule itself (as every process of an
-#: application would at start-up), then runs until SIGTERM, recording each run.
-#: argv: dsn schema worker_id
-SCHEDULE_WORKER = r"""
-import os, sys
-from psycopg import sql
-from golemq_pg import PostgresStore, Queue, Worker
-
-dsn, schema, worker_id = sys.argv[1], sys.argv[2], sys.argv[3]
-store = PostgresStore.connect(dsn, schema=schema, max_size=6)
-Queue(store).schedule("tick", "tick", {"every": "second"}, every=1, repeat_from="run_at")
-worker = Worker(store, worker_id=worker_id, poll_interval=0.5, shutdown_grace=5)
-insert = sql.SQL("INSERT INTO {}.ticks (job_id, worker, pid) VALUES (%s, %s, %s)"
-                 ).format(sql.Identifier(schema))
-
-@worker.handler("tick", concurrency=2)
-def tick(job):
-    with store.pool.connection() as conn:
-        conn.execute(insert, (job.id, worker_id, os.getpid()))
-
-print("ready", flush=True)
-worker.run()
-store.close()
-print("exited", flush=True)
-"""
-
 
 def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
-    return spawn_script(SCHEDULE_WORKER, dsn, schema, worker_id)
+    """A worker process that declares the shared schedule itself (as every process of an
+    application would at start-up), then runs until SIGTERM, recording each run in ticks."""
+    return spawn(worker_config(
+        dsn, schema, worker_id, store={"max_size": 6},
+        schedules=[["tick", "tick", {"every": "second"}, {"every": 1, "repeat_from": "run_at"}]],
+        worker={"poll_interval": 0.5, "shutdown_grace": 5},
+        handlers=[{"type": "tick", "options": {"concurrency": 2}, "ledger": "ticks"}],
+    ))
 
 
 def _query(dsn: str, schema: str, text: str) -> list[tuple[Any, ...]]:
@@ -146,9 +124,6 @@ def test_a_schedule_faster_than_the_poll_interval_fires_every_tick(
     assert len(run_ats) >= 7, run_ats
     steps = {b - a for a, b in itertools.pairwise(run_ats)}
     assert steps == {timedelta(seconds=0.5)}, steps
-
-
-# -- cron across daylight-saving changes, on a fake clock ----------------------------------
 
 
 def _step_through(
@@ -244,9 +219,6 @@ def test_cron_dst_ticks_through_the_worker_on_a_fake_clock() -> None:
     assert job.run_at == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 
 
-# -- downtime ------------------------------------------------------------------------------
-
-
 def test_after_downtime_an_interval_schedule_fires_once_and_keeps_its_phase() -> None:
     start = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
     store, clock = memory_store(start)
@@ -290,154 +262,3 @@ def test_after_downtime_on_postgres_a_schedule_fires_once(pg_store: PostgresStor
     (sched,) = queue.schedules()
     assert sched.next_run_at is not None
     assert pg_store.now() < sched.next_run_at <= pg_store.now() + timedelta(seconds=1)
-
-
-# -- declaration, redeclaration, repeat_from, start_at -------------------------------------
-
-
-def test_many_processes_declaring_one_key_make_one_schedule(store: Any) -> None:
-    queue = Queue(store)
-    barrier = threading.Barrier(8)
-    errors: list[BaseException] = []
-
-    def declare() -> None:
-        try:
-            barrier.wait()
-            Queue(store).schedule("report", "report.send", {"to": "ops"}, cron="0 6 * * *")
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=declare) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    (sched,) = queue.schedules()
-    assert (sched.key, sched.type, sched.cron, sched.timezone) == (
-        "report", "report.send", "0 6 * * *", "UTC")
-
-
-def test_redeclaring_updates_payload_in_place_and_cron_by_replanning(store: Any) -> None:
-    queue = Queue(store)
-    queue.schedule("beat", "beat", {"v": 1}, every=3600, repeat_from="run_at")
-    (first_id,) = store.schedule_fire_due(next_tick)
-    (before,) = queue.schedules()
-    # Same timing, new payload and type: the pending tick is kept, the next job uses them.
-    queue.schedule("beat", "beat2", {"v": 2}, every=3600, repeat_from="run_at", priority=5)
-    (kept,) = queue.schedules()
-    assert (kept.type, kept.next_run_at, kept.last_run_at) == (
-        "beat2", before.next_run_at, before.last_run_at)
-    assert store.schedule_fire_due(next_tick) == []
-    # A changed cadence re-plans: now cron, next tick at the next 06:00.
-    queue.schedule("beat", "beat2", {"v": 3}, cron="0 6 * * *")
-    (changed,) = queue.schedules()
-    assert (changed.cron, changed.every) == ("0 6 * * *", None)
-    now = store.now()
-    assert changed.next_run_at is not None
-    assert now < changed.next_run_at <= now + timedelta(days=1)
-    assert changed.next_run_at.astimezone(UTC).strftime("%H:%M") == "06:00"
-    # And the payload change shows on the next fired job (memory: move the clock there).
-    queue.schedule("beat", "beat2", {"v": 4}, every=60, repeat_from="run_at")
-    (second_id,) = store.schedule_fire_due(next_tick)
-    assert second_id != first_id
-    worker = Worker(store, poll_interval=0.05)
-    got: list[dict[str, Any]] = []
-    worker.handler("beat2")(lambda job: got.append(job.payload))
-    worker.handler("beat")(lambda job: None)
-    worker.run_until_empty(timeout=20)
-    assert got == [{"v": 4}]
-
-
-def _worker_on(store: InMemoryStore, job_type: str, fn: Any) -> None:
-    worker = Worker(store, poll_interval=0.05)
-    worker.handler(job_type)(fn)
-    worker.run_until_empty(timeout=20)
-
-
-def test_repeat_from_finished_adds_every_to_the_finish_time() -> None:
-    start = datetime(2026, 2, 2, 8, 0, tzinfo=UTC)
-    store, clock = memory_store(start)
-    queue = Queue(store)
-    queue.schedule("sync", "sync", {}, every=60, repeat_from="finished")
-
-    def slow(job: JobEvent[Any]) -> None:
-        clock.advance(25)  # the job takes 25 s of (fake) time
-
-    _worker_on(store, "sync", slow)  # fires at 08:00:00, finishes at 08:00:25
-    (sched,) = queue.schedules()
-    store.schedule_fire_due(next_tick)  # the pass that settles the next tick
-    (sched,) = queue.schedules()
-    assert sched.next_run_at == start + timedelta(seconds=85)
-    clock.set(start + timedelta(seconds=84))
-    assert store.schedule_fire_due(next_tick) == []
-    clock.set(start + timedelta(seconds=85))
-    assert len(store.schedule_fire_due(next_tick)) == 1
-
-
-def test_repeat_from_run_at_keeps_a_fixed_cadence() -> None:
-    start = datetime(2026, 2, 2, 8, 0, tzinfo=UTC)
-    store, clock = memory_store(start)
-    queue = Queue(store)
-    queue.schedule("sync", "sync", {}, every=60, repeat_from="run_at")
-
-    def slow(job: JobEvent[Any]) -> None:
-        clock.advance(25)
-
-    _worker_on(store, "sync", slow)
-    (sched,) = queue.schedules()
-    assert sched.next_run_at == start + timedelta(seconds=60)  # not finish + 60
-
-
-def test_start_at_delays_the_first_run() -> None:
-    start = datetime(2026, 2, 2, 8, 0, tzinfo=UTC)
-    store, clock = memory_store(start)
-    queue = Queue(store)
-    queue.schedule("later", "t", {}, every=60, start_at=start + timedelta(hours=1))
-    # A cron schedule whose start_at falls on a tick: that tick is its first.
-    queue.schedule("cron", "t", {}, cron="0 10 * * *",
-                   start_at=datetime(2026, 2, 3, 10, 0, tzinfo=UTC))
-    by_key = {s.key: s for s in queue.schedules()}
-    assert by_key["later"].next_run_at == start + timedelta(hours=1)
-    assert by_key["cron"].next_run_at == datetime(2026, 2, 3, 10, 0, tzinfo=UTC)
-    assert store.schedule_fire_due(next_tick) == []
-    clock.set(start + timedelta(hours=1))
-    assert len(store.schedule_fire_due(next_tick)) == 1
-
-
-class DigestPayload(TypedDict):
-    to: str
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({}, "exactly one"),
-        ({"cron": "0 6 * * *", "every": 60}, "exactly one"),
-        ({"cron": "not a cron"}, "invalid cron"),
-        ({"cron": "0 0 30 2 *"}, "never fires"),
-        ({"cron": "0 6 * * *", "timezone": "Mars/Olympus"}, "timezone"),
-        ({"every": 0}, "every"),
-        ({"every": -5}, "every"),
-        ({"every": timedelta(0)}, "every"),
-        ({"every": 60, "repeat_from": "whenever"}, "repeat_from"),
-    ],
-)
-def test_invalid_schedules_raise_before_anything_is_written(
-    store: Any, kwargs: dict[str, Any], match: str
-) -> None:
-    queue = Queue(store)
-    with pytest.raises(ValueError, match=match):
-        queue.schedule("bad", "t", {}, **kwargs)
-    assert queue.schedules() == []
-
-
-def test_a_grouped_job_type_needs_a_scope_to_be_scheduled(store: Any) -> None:
-    queue = Queue(store)
-    digest = JobType("digest.send", DigestPayload, grouped=True)
-    with pytest.raises(ValueError, match="grouped"):
-        queue.schedule("digest", digest, {"to": "ops"}, every=60)
-    assert queue.schedules() == []
-    queue.schedule("digest", digest, {"to": "ops"}, every=60, scope=("Team", "ops"))
-    assert [s.key for s in queue.schedules()] == ["digest"]
-

@@ -1,5 +1,6 @@
-"""on_duplicate="reject" under concurrency: while a job of a key is PENDING or RUNNING, no
-second one is admitted, however adds, claims and completions interleave."""
+"""Dedupe by rejection (on_duplicate="reject"): while a job of a key is PENDING or RUNNING, no
+second one is admitted, whatever the store and however adds, claims and completions
+interleave (racing connections included). Replacing duplicates is in test_replace.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue, Worker
+from golemq_pg.store.port import FailItem
+from tests.support.store_port import claim, count_rows
 
 KEYS = [f"k{i}" for i in range(4)]
 STORM_SECONDS = 3.0
@@ -119,3 +122,43 @@ def test_keyed_adds_leave_no_lock_behind(pg_store: PostgresStore, mode: str) -> 
     with pg_store.pool.connection() as conn:
         row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
     assert row == (0,)
+
+
+def test_dedupe_reject(store: Any) -> None:
+    queue = Queue(store)
+    first = queue.add("t", {"v": 1}, dedupe_key="k1")
+    assert first is not None
+    assert queue.add("t", {"v": 2}, dedupe_key="k1") is None
+    # Keys are scoped by type.
+    assert queue.add("other", {"v": 3}, dedupe_key="k1") is not None
+    # Still rejected while running.
+    claimed = claim(store, "t")
+    assert [j.id for j in claimed] == [first]
+    assert queue.add("t", {"v": 4}, dedupe_key="k1") is None
+    # Free again once finished.
+    store.job_fail_many("w1", [FailItem(first, claimed[0].lease_token, "boom")])
+    assert queue.add("t", {"v": 5}, dedupe_key="k1") is not None
+
+
+def test_two_connections_racing_one_dedupe_key(pg_store: PostgresStore, pg_dsn: str) -> None:
+    queue = Queue(pg_store)
+    barrier = threading.Barrier(8)
+    results: list[str | None] = []
+    lock = threading.Lock()
+
+    def producer() -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            barrier.wait()
+            job_id = queue.add("t", {}, dedupe_key="same", connection=conn)
+            conn.commit()
+            with lock:
+                results.append(job_id)
+
+    threads = [threading.Thread(target=producer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    assert count_rows(pg_store) == 1

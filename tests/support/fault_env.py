@@ -1,16 +1,16 @@
-"""Shared machinery of the fault-injection suite (this module holds no tests).
+"""A fault scenario's environment: :class:`FaultEnv` (fixture ``fault_env`` in
+tests/plugins/faults.py).
 
-* :class:`FaultEnv` (fixture ``fault_env``): a migrated schema with an effects ledger and an
-  audit trigger, a producer-side store/Queue, and :meth:`FaultEnv.spawn` to start real worker
-  processes (``fault_worker.py``) whose connections carry a per-test ``application_name``
-  prefix, so the test can find (and terminate) exactly its own backends.
-* :meth:`FaultEnv.check_invariants`: RELIABILITY.md's I1-I5 in SQL, plus the ledger.
-* :class:`ServerControl`: restart / stop / start the local PostgreSQL cluster, only when the
-  test DSN is that cluster (otherwise the scenarios that need it skip, saying why).
-* :class:`OutageProxy`: a TCP proxy in front of the server, to give this test's workers an
-  outage of any length without touching anyone else's sessions.
-* :func:`report`: prints one scenario's measurements (and appends them as a JSON line to
-  ``$GOLEMQ_FAULTS_REPORT`` when set).
+* a migrated schema with an effects ledger and an audit trigger, a producer-side
+  store/Queue, and :meth:`FaultEnv.spawn` to start real worker processes
+  (tests/support/worker_process.py with the ``fault`` ledger) whose connections carry a
+  per-test ``application_name`` prefix, so the test can find (and terminate) exactly its own
+  backends;
+* :meth:`FaultEnv.check_invariants`: docs/RELIABILITY.md's I1-I5 in SQL, plus the ledger.
+
+Around it, in their own modules: tests/support/server_control.py (restart / stop / start
+the local cluster), tests/support/outage_proxy.py (an outage for this test's workers only),
+tests/support/fault_report.py (a scenario's measurements).
 
 The ledger (``effects``): one row per handler run, ``(job_id, attempt, token, worker, pid)``
 written when the handler starts (``token`` is the lease token the row carried at that
@@ -21,32 +21,21 @@ worker id (= ``lease_owner``) for a worker's queue connections: I2 is checked on
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import select
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from golemq_pg import PostgresStore, Queue
-
-HERE = Path(__file__).resolve().parent
-WORKER_SCRIPT = HERE / "fault_worker.py"
+from tests.support.conninfo import quote_value
+from tests.support.workers import WorkerProc, start_process, worker_config
 
 LEDGER_DDL = """
 CREATE TABLE {s}.effects (
@@ -125,120 +114,7 @@ CREATE TRIGGER audit_jobs AFTER UPDATE OR DELETE ON {s}.jobs
 """
 
 
-def report(scenario: str, **metrics: Any) -> None:
-    """Print one scenario's measurements; append them to $GOLEMQ_FAULTS_REPORT if set."""
-    line = {"scenario": scenario, **metrics}
-    print("FAULTS " + json.dumps(line, default=str))
-    path = os.environ.get("GOLEMQ_FAULTS_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(line, default=str) + "\n")
-
-
-def env_seconds(name: str, default: float) -> float:
-    """A duration knob from the environment (seconds)."""
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
-    what: str = "condition",
-) -> Any:
-    """Poll ``predicate`` until truthy (returned) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(interval)
-
-
 # -- worker processes ---------------------------------------------------------------------------
-
-
-class WorkerProc:
-    """One ``fault_worker.py`` process."""
-
-    def __init__(self, worker_id: str, popen: subprocess.Popen[str], log_path: Path) -> None:
-        self.worker_id = worker_id
-        self.popen = popen
-        self.log_path = log_path
-        self.stopped = False  # SIGSTOPped
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, signum: int) -> None:
-        if self.alive():
-            self.popen.send_signal(signum)
-        if signum == signal.SIGSTOP:
-            self.stopped = True
-        elif signum == signal.SIGCONT:
-            self.stopped = False
-
-    def dump_stacks(self) -> str:
-        """Every thread's stack (SIGUSR1 -> faulthandler into the log), for a diagnosis."""
-        if not self.alive():
-            return ""
-        before = len(self.log_text())
-        self.popen.send_signal(signal.SIGUSR1)
-        time.sleep(0.3)
-        return self.log_text()[before:]
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        if self.alive():
-            self.popen.kill()
-        self.popen.wait(30)
-
-    def terminate(self, timeout: float = 60.0) -> int:
-        """SIGTERM (graceful shutdown) and wait; returns the exit code."""
-        if self.stopped:
-            self.signal(signal.SIGCONT)
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout)
-
-    def wait(self, timeout: float) -> int:
-        return self.popen.wait(timeout)
-
-    def output(self) -> str:
-        """Whatever the process printed (after it exited)."""
-        if self.popen.stdout is None:
-            return ""
-        try:
-            return self.popen.stdout.read()
-        except ValueError:
-            return ""
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(encoding="utf-8") if self.log_path.exists() else ""
-
-    def logs(self) -> list[dict[str, Any]]:
-        """The JSON log lines (non-JSON lines, e.g. tracebacks, come back as {"raw": ...})."""
-        out: list[dict[str, Any]] = []
-        for line in self.log_text().splitlines():
-            try:
-                item = json.loads(line)
-            except ValueError:
-                item = {"raw": line}
-            out.append(item if isinstance(item, dict) else {"raw": line})
-        return out
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [e for e in self.logs() if e.get("event") == name]
-
-
-def type_spec(name: str, **options: Any) -> dict[str, Any]:
-    """One handler registration for the worker script."""
-    return {"name": name, **options}
 
 
 # -- the environment ----------------------------------------------------------------------------
@@ -303,23 +179,26 @@ class FaultEnv:
         ledger_dsn: str | None = None,
         wait_ready: bool = True,
     ) -> WorkerProc:
-        """Start a worker process serving ``types`` (see fault_worker.py for the options)."""
+        """Start a worker process serving ``types`` (:func:`tests.support.workers.type_spec`
+        entries; every type runs the ``fault`` handler of tests/support/worker_process.py).
+        ``pool``: the store's ``max_size``, ``*_timeout``, ``extra_options``, ``ledger_size``.
+        """
         worker_id = self.worker_id(name)
         log_path = self.tmp / f"{name}.log"
         options = {"poll_interval": 0.1, "base_backoff": 0, "max_backoff": 0,
                    "lease_grace": 5, "shutdown_grace": 5, "abandon_grace": 1}
         options.update(worker or {})
-        config = {
-            "dsn": dsn or self.dsn, "ledger_dsn": ledger_dsn or self.dsn,
-            "schema": self.schema, "worker_id": worker_id,
-            "log_path": str(log_path), "worker": options, "pool": pool or {"max_size": 5},
-            "types": list(types), "mode": mode, "hooks": hooks or {},
-        }
-        popen = subprocess.Popen(
-            [sys.executable, str(WORKER_SCRIPT), json.dumps(config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        handlers = [
+            {"type": spec["name"], "ledger": "fault",
+             "options": {k: v for k, v in spec.items() if k != "name"}}
+            for spec in types
+        ]
+        config = worker_config(
+            dsn or self.dsn, self.schema, worker_id, ledger_dsn=ledger_dsn or self.dsn,
+            logs={"path": str(log_path)}, worker=options, store=pool or {"max_size": 5},
+            handlers=handlers, mode=mode, hooks=hooks or {}, ready="when_running",
         )
+        popen = start_process(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         proc = WorkerProc(worker_id, popen, log_path)
         self.procs.append(proc)
         if wait_ready:
@@ -373,7 +252,7 @@ class FaultEnv:
         info = conninfo_to_dict(self.dsn)
         info["user"] = role
         info.pop("password", None)
-        return " ".join(f"{k}={_quote(str(v))}" for k, v in info.items())
+        return " ".join(f"{k}={quote_value(str(v))}" for k, v in info.items())
 
     # -- invariants ------------------------------------------------------------------------
     def check_invariants(
@@ -387,7 +266,7 @@ class FaultEnv:
         ledger: bool = True,
         slack: float = 2.0,
     ) -> dict[str, int]:
-        """Assert I1-I5 (see RELIABILITY.md); returns counts worth reporting.
+        """Assert I1-I5 (see docs/RELIABILITY.md); returns counts worth reporting.
 
         ``expected``: how many rows must exist (cancelled/pruned jobs excluded by the
         caller). ``terminal``: every job must be finished (the scenario drained the queue).
@@ -549,12 +428,6 @@ class FaultEnv:
             pass  # the server may be down after a failed restart scenario
 
 
-def _quote(value: str) -> str:
-    if value and all(c.isalnum() or c in "._-/" for c in value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def make_env(
     dsn: str, schema: str, tmp: Path, *, audit: bool = True, store_size: int = 6
 ) -> FaultEnv:
@@ -571,197 +444,7 @@ def make_env(
                     queue=Queue(store))
 
 
-@pytest.fixture
-def fault_env(pg_dsn: str, schema: str, tmp_path: Path) -> Iterator[FaultEnv]:
-    """A :class:`FaultEnv` (workers killed, backends ended and roles dropped afterwards)."""
-    env = make_env(pg_dsn, schema, tmp_path)
-    try:
-        yield env
-    finally:
-        env.close()
-
-
 # -- a TCP proxy: an outage for this test's workers only -----------------------------------------
 
 
-class OutageProxy:
-    """Forwards a local port to the test server; :meth:`down` refuses and cuts every
-    connection (as a server that went away), :meth:`up` accepts again on the same port.
-
-    Workers that connect through it see a real outage (refused connects, dead sockets)
-    while every other session on the server, other test suites included, is untouched.
-    """
-
-    def __init__(self, dsn: str) -> None:
-        info = _dsn_info(dsn)
-        host = str(info.get("host") or "127.0.0.1")
-        port = int(info.get("port") or 5432)
-        # A host that is a directory names a Unix socket (the embedded server listens on
-        # one only); the proxy still listens on TCP, so the workers' path is the same.
-        self.target: str | tuple[str, int] = (
-            f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port))
-        self._dsn = dsn
-        self._lock = threading.Lock()
-        self._socks: set[socket.socket] = set()
-        self._server: socket.socket | None = None
-        self.port = 0
-        self.up()
-
-    def dsn(self) -> str:
-        """The test DSN, pointed at the proxy."""
-        info = conninfo_to_dict(self._dsn)
-        info.update(host="127.0.0.1", port=str(self.port))
-        return " ".join(f"{k}={_quote(str(v))}" for k, v in info.items())
-
-    def up(self) -> None:
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.port))
-        server.listen(128)
-        self.port = server.getsockname()[1]
-        self._server = server
-        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
-
-    def down(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        with self._lock:
-            for sock in list(self._socks):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-            self._socks.clear()
-
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            try:
-                upstream = self._connect_upstream()
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._socks |= {client, upstream}
-            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
-
-    def _connect_upstream(self) -> socket.socket:
-        if isinstance(self.target, tuple):
-            upstream = socket.create_connection(self.target, timeout=5)
-        else:
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            upstream.settimeout(5)
-            try:
-                upstream.connect(self.target)
-            except OSError:
-                upstream.close()
-                raise
-        upstream.settimeout(None)
-        return upstream
-
-    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
-        try:
-            while True:
-                ready, _, _ = select.select([a, b], [], [], 1.0)
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    (b if sock is a else a).sendall(data)
-        except (OSError, ValueError):
-            return
-        finally:
-            for sock in (a, b):
-                with contextlib.suppress(OSError):
-                    sock.close()
-                with self._lock:
-                    self._socks.discard(sock)
-
-
 # -- server control ------------------------------------------------------------------------------
-
-
-class ServerControl:
-    """Restart/stop/start the local PostgreSQL cluster behind the test DSN."""
-
-    def __init__(self, dsn: str, version: str, cluster: str) -> None:
-        self.dsn = dsn
-        self.version = version
-        self.cluster = cluster
-
-    @classmethod
-    def for_dsn(cls, dsn: str) -> ServerControl:
-        """The controller, or ``pytest.skip`` with the reason it is not available."""
-        reason = None
-        info = _dsn_info(dsn)
-        host, port = info.get("host") or "", str(info.get("port") or "5432")
-        clusters = _clusters()
-        if os.environ.get("GOLEMQ_FAULTS_NO_SERVER_CONTROL"):
-            reason = "GOLEMQ_FAULTS_NO_SERVER_CONTROL is set"
-        elif host not in ("127.0.0.1", "localhost", "::1"):
-            reason = f"the test server ({host or 'socket'}:{port}) is not the local cluster"
-        elif shutil.which("pg_ctlcluster") is None:
-            reason = "pg_ctlcluster is not installed"
-        elif port not in clusters:
-            reason = f"no local cluster on port {port} (found {sorted(clusters)})"
-        elif os.geteuid() != 0:
-            reason = "server control needs root (pg_ctlcluster as the cluster owner)"
-        if reason:
-            pytest.skip(f"cannot restart/stop PostgreSQL: {reason}")
-        version, cluster = clusters[port]
-        return cls(dsn, version, cluster)
-
-    def _ctl(self, *args: str) -> None:
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.cluster, *args],
-            check=True, capture_output=True, timeout=120,
-        )
-
-    def restart_immediate(self) -> None:
-        self._ctl("restart", "-m", "immediate")
-
-    def stop(self) -> None:
-        self._ctl("stop", "-m", "fast")
-
-    def start(self) -> None:
-        self._ctl("start")
-
-    def running(self) -> bool:
-        try:
-            with psycopg.connect(self.dsn, connect_timeout=2):
-                return True
-        except psycopg.Error:
-            return False
-
-    def ensure_running(self) -> None:
-        """Start the cluster if it is down (always called in a finally)."""
-        if self.running():
-            return
-        with contextlib.suppress(subprocess.CalledProcessError):
-            self.start()
-        wait_until(self.running, timeout=60, interval=0.2, what="PostgreSQL back up")
-
-
-def _dsn_info(dsn: str) -> dict[str, Any]:
-    # libpq's own parser: a URI's ?host=/socket/dir (the embedded server) counts too
-    return dict(conninfo_to_dict(dsn))
-
-
-def _clusters() -> dict[str, tuple[str, str]]:
-    """port -> (version, cluster) of the local Debian-style clusters."""
-    found: dict[str, tuple[str, str]] = {}
-    root = Path("/etc/postgresql")
-    if not root.is_dir():
-        return found
-    for conf in root.glob("*/*/postgresql.conf"):
-        version, cluster = conf.parent.parent.name, conf.parent.name
-        port = "5432"
-        for line in conf.read_text(encoding="utf-8", errors="replace").splitlines():
-            text = line.split("#", 1)[0].strip()
-            if text.startswith("port") and "=" in text:
-                port = text.split("=", 1)[1].strip()
-        found[port] = (version, cluster)
-    return found

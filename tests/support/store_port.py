@@ -1,4 +1,4 @@
-"""Helpers shared by the contract suite: build port parameters, claim, wait with a deadline.
+"""Calling the JobStore port directly: build its parameters, enqueue, claim, race threads.
 
 The contract tests talk only to the JobStore port, so the same test runs on both stores.
 """
@@ -6,7 +6,6 @@ The contract tests talk only to the JobStore port, so the same test runs on both
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -102,18 +101,6 @@ def ids(jobs: Sequence[ClaimedJob]) -> list[str]:
     return [job.id for job in jobs]
 
 
-def wait_for(probe: Callable[[], T | None], timeout: float = 10.0, interval: float = 0.02) -> T:
-    """Call ``probe`` until it returns something truthy, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
-
-
 def concurrently(n: int, fn: Callable[[int], T]) -> list[T]:
     """Run ``fn(i)`` in ``n`` threads released at the same instant; return results in order."""
     barrier = threading.Barrier(n)
@@ -135,3 +122,8 @@ def concurrently(n: int, fn: Callable[[int], T]) -> list[T]:
     if errors:
         raise errors[0]
     return results
+
+
+def count_rows(store: JobStore) -> int:
+    """How many jobs the store holds, whatever their status."""
+    return sum(store.job_count_by_status().values())

@@ -1,5 +1,7 @@
-"""Progress (issue 6): ``job.progress(value)`` is persisted fenced on the lease, visible in
+"""Progress: ``job.progress(value)`` is persisted fenced on the lease, visible in
 ``JobSummary.progress``, coalesced so calling it very often costs few writes, and validated.
+(The plain "last value wins" outcome checks stay with the other outcomes in
+test_worker_outcomes.py, one of them sharing a name with a test here.)
 
 Store writes are counted with thin subclasses of the real stores (every call still reaches
 the real store).
@@ -14,10 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_worker_helpers import wait_until
 
 from golemq_pg import InMemoryStore, JobEvent, JobStatus, PostgresStore, Queue, Worker
 from golemq_pg.store.port import ClaimRequest, LeaseRef, TypeSlots
+from tests.support.waiting import wait_until
 
 #: The reporter's coalescing interval (golemq_pg.worker.progress.ProgressReporter).
 INTERVAL = 0.2

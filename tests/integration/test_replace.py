@@ -1,6 +1,8 @@
-"""Issue 7, dedupe by replacement under concurrency: a storm of on_duplicate="replace" adds
-for one key from several producer threads while workers claim. The handler never sees two
-live jobs of the key at once, the last payload wins, nothing is lost."""
+"""Dedupe by replacement (on_duplicate="replace"): a pending job is replaced in place, a
+running one gets a successor; and a storm of replacing adds for one key from several
+producer threads while workers claim: the handler never sees two live jobs of the key at
+once, the last payload wins, nothing is lost. Rejecting duplicates is in
+test_dedupe_reject.py."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from golemq_pg import JobEvent, JobStatus, Queue, Worker
+from golemq_pg.store.port import LeaseRef
+from tests.support.store_port import claim
+from tests.support.waiting import wait_until
 
 KEY = "article:a1"
 STORM_SECONDS = 3.0
@@ -57,13 +62,11 @@ def _workers(store: Any, ledger: Ledger) -> list[Worker]:
 
 
 def _drain(queue: Queue, workers: list[Worker]) -> None:
-    deadline = time.monotonic() + 30
-    while True:
+    def drained() -> bool:
         counts = queue.count_by_status()
-        if counts[JobStatus.PENDING] == 0 and counts[JobStatus.RUNNING] == 0:
-            break
-        assert time.monotonic() < deadline, counts
-        time.sleep(0.02)
+        return counts[JobStatus.PENDING] == 0 and counts[JobStatus.RUNNING] == 0
+
+    wait_until(drained, timeout=30, what=lambda: f"drained ({queue.count_by_status()})")
     for worker in workers:
         worker.stop()
 
@@ -188,3 +191,31 @@ def test_unsynchronised_replace_storm_loses_nothing(store: Any) -> None:
         if payload["thread"] == thread:
             assert payload["n"] >= n
     print(f"{len(added)} adds, {len(runs)} runs")
+
+
+def test_dedupe_replace_while_pending_keeps_place(store: Any) -> None:
+    queue = Queue(store)
+    a = queue.add("t", {"v": 1}, dedupe_key="k", priority=0)
+    b = queue.add("t", {"v": "other"})
+    again = queue.add("t", {"v": 2}, dedupe_key="k", on_duplicate="replace", priority=0)
+    assert again == a
+    claimed = claim(store, "t")
+    assert [j.id for j in claimed] == [a, b]
+    assert claimed[0].payload == {"v": 2}
+
+
+def test_dedupe_replace_while_running_enqueues_a_new_job(store: Any) -> None:
+    queue = Queue(store)
+    a = queue.add("t", {"v": 1}, dedupe_key="k")
+    first_claim = claim(store, "t")
+    assert [j.id for j in first_claim] == [a]
+    b = queue.add("t", {"v": 2}, dedupe_key="k", on_duplicate="replace")
+    assert b is not None
+    assert b != a
+    c = queue.add("t", {"v": 3}, dedupe_key="k", on_duplicate="replace")
+    assert c == b
+    # The new job does not run while the old one holds the key.
+    assert claim(store, "t", owner="w2") == []
+    store.job_complete_many("w1", [LeaseRef(a, first_claim[0].lease_token)])
+    claimed = claim(store, "t", owner="w2")
+    assert [(j.id, j.payload) for j in claimed] == [(b, {"v": 3})]

@@ -1,29 +1,34 @@
-"""Issue 7, retries: a custom retry_strategy (seconds, or None to fail now) and the default
-exponential backoff, both measured against the store's clock; and jobs dead-lettered by the
-reaper after a SIGKILLed worker carry a recognisable error for observers."""
+"""Retries: a custom retry_strategy (seconds, or None to fail now; a broken one falls back to
+the default), the default exponential backoff, retry_after as a floor, all measured against
+the store's clock; and jobs dead-lettered by the reaper after a SIGKILLed worker carry a
+recognisable error for observers. How each handler outcome maps to a status is in
+test_worker_outcomes.py."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from test_worker_helpers import Recorder, wait_until
 
 from golemq_pg import (
     JobEvent,
     JobStatus,
     PostgresStore,
     Queue,
+    RetryableJobError,
     RetryContext,
     TerminalJobError,
     Worker,
 )
 from golemq_pg.testing import memory_store
+from tests.support.in_process import drain_one, fast_worker
+from tests.support.observers import Recorder
+from tests.support.waiting import wait_until
+from tests.support.workers import start_process, worker_config
 
 EXHAUSTED = "LeaseExpired: attempts exhausted after lease expiry"
 LOST = "LeaseExpired: lease expired before the job finished (worker lost)"
@@ -208,32 +213,16 @@ def test_a_terminal_error_skips_the_strategy(store: Any) -> None:
 
 # -- the reaper after a SIGKILLed worker -----------------------------------------------------
 
-#: A worker whose handler blocks until killed; lease renewed every 0.2 s while alive.
-#: argv: dsn schema
-HANGING_WORKER = r"""
-import sys, time
-from golemq_pg import PostgresStore, Worker
-
-store = PostgresStore.connect(sys.argv[1], schema=sys.argv[2], max_size=4)
-worker = Worker(store, worker_id="doomed-worker", poll_interval=0.05, lease_duration=1,
-                lease_renew_interval=0.2)
-
-@worker.handler("crash")
-def crash(job):
-    print("running", job.id, flush=True)
-    time.sleep(120)
-
-print("ready", flush=True)
-worker.run()
-"""
-
 
 def _run_until_killed(pg_dsn: str, schema: str) -> str:
     """Start the hanging worker, wait until it runs a job, SIGKILL it; returns the job id."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HANGING_WORKER, pg_dsn, schema],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    # Its handler blocks until killed; the lease is renewed every 0.2 s while it is alive.
+    proc = start_process(worker_config(
+        pg_dsn, schema, "doomed-worker", store={"max_size": 4},
+        worker={"poll_interval": 0.05, "lease_duration": 1, "lease_renew_interval": 0.2},
+        handlers=[{"type": "crash", "announce": "running", "sleep": 120,
+                   "sleep_mode": "ignore"}],
+    ), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         assert proc.stdout is not None
         line: list[str] = []
@@ -291,3 +280,66 @@ def test_reaped_jobs_carry_a_recognisable_error_for_observers(
     finally:
         worker.stop()
     assert all("secret" not in (t.error or "") for t in recorder.transitions)
+
+
+def test_retry_after_is_a_floor_above_max_backoff(store: Any) -> None:
+    queue = Queue(store)
+    rec = Recorder()
+    worker = fast_worker(store, observers=[rec], max_backoff=1, base_backoff=1)
+
+    @worker.handler("later")
+    def later(job: JobEvent[Any]) -> None:
+        raise RetryableJobError("come back in an hour", retry_after=3600)
+
+    job_id = queue.add("later", {})
+    assert job_id
+    before = store.now()
+    worker.run_until_empty(timeout=20)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.PENDING
+    assert summary.attempts == 1
+    assert (summary.run_at - before).total_seconds() >= 3590
+    assert summary.last_error == "RetryableJobError: come back in an hour"
+
+
+def test_default_backoff_parks_the_retry_in_the_future(store: Any) -> None:
+    queue = Queue(store)
+    worker = fast_worker(store, base_backoff=60, max_backoff=600)
+
+    @worker.handler("slow-retry")
+    def slow_retry(job: JobEvent[Any]) -> None:
+        raise RuntimeError("try later")
+
+    job_id = queue.add("slow-retry", {})
+    assert job_id
+    before = store.now()
+    worker.run_until_empty(timeout=20)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.PENDING
+    delay = (summary.run_at - before).total_seconds()
+    assert 59 <= delay <= 60 * 1.25 + 5
+
+
+def test_custom_retry_strategy(store: Any) -> None:
+    queue = Queue(store)
+    contexts: list[RetryContext] = []
+
+    def strategy(ctx: RetryContext) -> float | None:
+        contexts.append(ctx)
+        return 0.0 if ctx.attempt == 1 else None
+
+    worker = fast_worker(store, retry_strategy=strategy)
+
+    @worker.handler("custom")
+    def custom(job: JobEvent[Any]) -> None:
+        raise LookupError("missing")
+
+    summary = drain_one(queue, worker, "custom", {}, max_attempts=10)
+    assert summary.status is JobStatus.FAILED
+    assert summary.attempts == 2
+    assert [c.attempt for c in contexts] == [1, 2]
+    assert isinstance(contexts[0].error, LookupError)
+    assert contexts[0].job_id == summary.id
+    assert contexts[0].max_attempts == 10

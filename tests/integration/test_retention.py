@@ -1,6 +1,6 @@
-"""Retention (issue 6): the worker's background sweep prunes only old finished rows of the
-chosen statuses, in bounded batches that never wait on a locked row, while it keeps
-processing other jobs.
+"""Retention: the worker's background sweep prunes only old finished rows of the chosen
+statuses, in bounded batches that never wait on a locked row, while it keeps processing
+other jobs; and ``Queue.prune`` / the store's prune by age and cut-off.
 
 The store's ``job_prune`` calls are counted with a thin subclass of the real PostgresStore.
 """
@@ -8,18 +8,20 @@ The store's ``job_prune`` calls are counted with a thin subclass of the real Pos
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from test_worker_helpers import wait_until
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Retention, Worker
-from golemq_pg.store.port import ClaimRequest, FailItem, LeaseRef, TypeSlots
+from golemq_pg.store.port import ClaimRequest, EnqueueManyParams, FailItem, LeaseRef, TypeSlots
 from golemq_pg.worker import maintenance
+from tests.support.store_port import claim, slots
+from tests.support.waiting import wait_until
 
 BATCH = 7
 
@@ -56,12 +58,6 @@ def counting_store(pg_dsn: str, schema: str) -> Iterator[PruneCountingStore]:
     made.close()
 
 
-def _claim(store: PostgresStore, job_type: str, n: int) -> list[Any]:
-    return store.job_claim(ClaimRequest(
-        owner="setup", types=[TypeSlots(type=job_type, limit=n, lease_seconds=3600)]
-    ))
-
-
 def _backdate(dsn: str, schema: str, ids: list[str]) -> None:
     """Make rows look finished two hours ago (whatever their status)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -80,7 +76,7 @@ def _history(store: PostgresStore, queue: Queue, dsn: str) -> dict[str, list[str
                                ("new_ok", 5, False), ("new_failed", 4, True)]:
         job_type = "hist-" + label
         queue.add_many(job_type, [{"n": n} for n in range(count)])
-        claimed = _claim(store, job_type, count)
+        claimed = claim(store, slots(job_type, limit=count, lease=3600), owner="setup")
         refs = [LeaseRef(job.id, job.lease_token) for job in claimed]
         if fail:
             store.job_fail_many("setup", [FailItem(r.id, r.token, "E: x") for r in refs])
@@ -90,7 +86,8 @@ def _history(store: PostgresStore, queue: Queue, dsn: str) -> dict[str, list[str
     queue.add_many("idle-pending", [{"n": n} for n in range(4)])
     made["pending"] = [j.id for j in queue.find(types=["idle-pending"])]
     queue.add_many("idle-running", [{"n": n} for n in range(2)])
-    made["running"] = [job.id for job in _claim(store, "idle-running", 2)]
+    running = claim(store, slots("idle-running", limit=2, lease=3600), owner="setup")
+    made["running"] = [job.id for job in running]
     _backdate(dsn, store.schema, made["old_ok"] + made["old_failed"] + made["pending"]
               + made["running"])
     return made
@@ -162,3 +159,55 @@ def test_retention_sweeps_delete_only_what_they_should_in_batches(
     assert max(count for _, _, count in store.prunes) <= BATCH
     for label in ("new_ok", "new_failed", "pending", "running"):
         assert _existing(queue, made[label]) == made[label], label
+
+
+def test_retention_prunes_old_finished_rows(store: Any) -> None:
+    queue = Queue(store)
+    ids = [queue.add("short-lived", {"n": n}) for n in range(5)]
+    first = Worker(store, poll_interval=0.05)
+    first.handler("short-lived")(lambda job: None)
+    first.run_until_empty(timeout=20)
+    assert all(queue.get(i) is not None for i in ids)  # type: ignore[arg-type]
+    time.sleep(0.3)
+    keeper = queue.add("pending-one", {})
+    worker = Worker(store, poll_interval=0.05,
+                    retention=Retention(older_than=0.2, sweep_interval=0.05))
+    worker.start()
+    try:
+        wait_until(lambda: all(queue.get(i) is None for i in ids), timeout=10)  # type: ignore[arg-type]
+    finally:
+        worker.stop()
+    assert keeper is not None
+    assert queue.get(keeper) is not None  # live work is never pruned
+
+
+def test_prune_by_age_and_cutoff(store: Any) -> None:
+    queue = Queue(store)
+    queue.add_many("t", [{} for _ in range(5)])
+    claimed = claim(store, "t")
+    store.job_complete_many("w1", [LeaseRef(j.id, j.lease_token) for j in claimed[:3]])
+    assert queue.prune(older_than=3600) == 0
+    assert queue.prune(older_than=datetime.now(UTC) + timedelta(minutes=1)) == 3
+    assert queue.count_by_status()[JobStatus.RUNNING] == 2
+    with pytest.raises(ValueError, match="finished"):
+        queue.prune(older_than=0, statuses=[JobStatus.PENDING])
+    with pytest.raises(ValueError, match="older_than"):
+        queue.prune(older_than=-5)
+
+
+def test_prune_by_age_and_cut_off_in_bounded_batches(pg_store: PostgresStore) -> None:
+    pg_store.job_enqueue_many(EnqueueManyParams(type="a", payloads=[b"{}"] * 10))
+    jobs = pg_store.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)]))
+    pg_store.job_complete_many("w", [LeaseRef(j.id, j.lease_token) for j in jobs[:6]])
+    pg_store.job_fail_many("w", [FailItem(j.id, j.lease_token, "E") for j in jobs[6:8]])
+    statuses = (JobStatus.SUCCEEDED, JobStatus.FAILED)
+    assert pg_store.job_prune(statuses, before=None, age=3600) == 0
+    later = pg_store.now() + timedelta(seconds=1)
+    assert pg_store.job_prune(statuses, before=later, age=None, limit=3) == 3
+    assert pg_store.job_prune((JobStatus.FAILED,), before=later, age=None) == 2
+    assert pg_store.job_prune(statuses, before=later, age=None) == 3
+    assert pg_store.job_count_by_status() == {
+        JobStatus.PENDING: 0, JobStatus.RUNNING: 2, JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 0
+    }
+    with pytest.raises(ValueError, match="before or age"):
+        pg_store.job_prune(statuses, before=None, age=None)

@@ -1,0 +1,1 @@
+"""Contract tests: the JobStore port, run against both stores."""

@@ -1,0 +1,1 @@
+"""Fault scenarios: real worker processes, real kills (run with -m faults)."""

@@ -1,0 +1,1 @@
+"""Integration tests: real PostgreSQL, a fresh schema per test."""

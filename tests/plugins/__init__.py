@@ -1,0 +1,1 @@
+"""Fixture plugins, loaded by ``pytest_plugins`` in tests/conftest.py (see tests/README.md)."""

@@ -1,0 +1,1 @@
+"""Unit tests: pure logic, fake clock, no database."""
