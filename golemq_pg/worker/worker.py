@@ -3,14 +3,13 @@
 
 A started worker runs these threads (DESIGN.md, "Threads, not asyncio"): one claim loop,
 ``concurrency`` handler threads per type, one completion flusher, one lease renewer, one
-supervisor (timeouts and abandoned handlers), one listener (unless ``notify=False``) and one
-maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an event or
-a timer; none spins.
+supervisor (timeouts, aborts, abandoned handlers), one listener (unless ``notify=False``)
+and one maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an
+event or a timer; none spins.
 
-This module is the composition root: :meth:`Worker.start` builds the shared state
-(:class:`~golemq_pg.worker.runtime.Runtime`), then every service with the collaborators it
-needs passed to its constructor, bottom layer first, and starts them (ARCHITECTURE.md,
-"Threads of a worker", lists the layers). Nothing reaches into the runtime for a service.
+This module is the composition root: :meth:`Worker.start` builds the shared ``Runtime``, then
+every service with its collaborators passed to its constructor, bottom layer first
+(ARCHITECTURE.md, "Threads of a worker", lists the layers), and starts them.
 
 In-process cancellation: a started worker registers with :mod:`golemq_pg._local` under its
 store's identity, so ``Queue.cancel*`` in the same process aborts the matching handlers
