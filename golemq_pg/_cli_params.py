@@ -13,16 +13,11 @@ from typing import Any, NoReturn
 
 import click
 
+from golemq_pg._errortext import error_text
 from golemq_pg._validation import MAX_DURATION_SECONDS
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (bounded), or its type name."""
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
 
 
 def parse_duration(text: str) -> float:
@@ -105,7 +100,7 @@ def parse_payload(text: str) -> dict[str, Any]:
         raise click.UsageError(f"JSON payload is not valid JSON: {exc.msg} at "
                                f"line {exc.lineno} column {exc.colno}") from None
     except (ValueError, RecursionError) as exc:
-        raise click.UsageError(f"JSON payload is not valid: {first_line(exc)}") from None
+        raise click.UsageError(f"JSON payload is not valid: {error_text(exc)}") from None
     if not isinstance(value, dict):
         raise click.UsageError(
             f"JSON payload must be an object ({{...}}), got {type(value).__name__}"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from golemq_pg._cli_params import first_line
+from golemq_pg._errortext import error_text
 
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
@@ -43,10 +43,10 @@ def load_worker(target: str) -> Any:
         if exc.name is not None and (module_name == exc.name
                                      or module_name.startswith(exc.name + ".")):
             raise TargetError(f"cannot import {module_name!r}: no such module") from None
-        raise TargetImportError(f"importing {module_name!r} failed: {first_line(exc)}") from exc
+        raise TargetImportError(f"importing {module_name!r} failed: {error_text(exc)}") from exc
     except Exception as exc:
         raise TargetImportError(
-            f"importing {module_name!r} failed: {type(exc).__name__}: {first_line(exc)}"
+            f"importing {module_name!r} failed: {type(exc).__name__}: {error_text(exc)}"
         ) from exc
     obj: Any = module
     for part in attr.split("."):
@@ -58,7 +58,7 @@ def load_worker(target: str) -> Any:
             obj = obj()
         except Exception as exc:
             raise TargetImportError(
-                f"{target} failed: {type(exc).__name__}: {first_line(exc)}"
+                f"{target} failed: {type(exc).__name__}: {error_text(exc)}"
             ) from exc
     if not isinstance(obj, Worker):
         raise TargetError(f"{target} is not a golemq_pg.Worker")

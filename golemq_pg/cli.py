@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 import click
 
 from golemq_pg import _embedded, _harness
-from golemq_pg._cli_params import DURATION, SCOPE, first_line, parse_payload
+from golemq_pg._cli_params import DURATION, SCOPE, parse_payload
+from golemq_pg._errortext import error_text
 from golemq_pg._types import JobStatus
 from golemq_pg._validation import check_schema
 
@@ -120,7 +121,7 @@ def resolve_dsn(ctx: click.Context) -> str:
     except RuntimeError as exc:
         raise CliError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
-        raise CliError(f"cannot start the embedded PostgreSQL: {first_line(exc)}") from None
+        raise CliError(f"cannot start the embedded PostgreSQL: {error_text(exc)}") from None
 
 
 @contextmanager
@@ -153,7 +154,7 @@ def _probe(dsn: str) -> None:
     try:
         psycopg.connect(dsn, connect_timeout=5).close()
     except psycopg.Error as exc:
-        raise CliError(f"cannot connect to PostgreSQL at {where}: {first_line(exc)}") from None
+        raise CliError(f"cannot connect to PostgreSQL at {where}: {error_text(exc)}") from None
 
 
 @contextmanager
@@ -190,10 +191,10 @@ def _runtime_error(exc: BaseException, schema: str) -> click.ClickException:
             return CliError(f"schema {schema!r} is not migrated: run `golemq-pg migrate`")
         primary = exc.diag.message_primary if exc.diag else None
         return CliError(f"database error{f' {state}' if state else ''}: "
-                        f"{primary or first_line(exc)}")
+                        f"{primary or error_text(exc)}")
     if isinstance(exc, ValueError):
-        return click.UsageError(first_line(exc))
-    return CliError(f"{type(exc).__name__}: {first_line(exc)}")
+        return click.UsageError(error_text(exc))
+    return CliError(f"{type(exc).__name__}: {error_text(exc)}")
 
 
 # -- the group -----------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def enqueue(
                 priority=priority, max_attempts=max_attempts,
             )
         except ValueError as exc:  # QueuePayloadError included: names the category only
-            raise click.UsageError(first_line(exc)) from None
+            raise click.UsageError(error_text(exc)) from None
     if job_id is None:
         raise CliError(f"not enqueued: a {job_type!r} job with this dedupe key is already "
                        "pending or running")
@@ -350,7 +351,7 @@ def failed(job_type: str | None, limit: int, as_json: bool) -> None:
             jobs = Queue(store).find(types=[job_type] if job_type else None,
                                      statuses=[JobStatus.FAILED], limit=limit)
         except ValueError as exc:
-            raise click.UsageError(first_line(exc)) from None
+            raise click.UsageError(error_text(exc)) from None
     rows = [{"id": j.id, "type": j.type, "attempts": j.attempts, "last_error": j.last_error,
              "finished_at": j.finished_at.isoformat() if j.finished_at else None} for j in jobs]
     if as_json:
@@ -382,7 +383,7 @@ def retry_failed(job_type: str | None, limit: int | None) -> None:
             count = Queue(store).retry_failed(types=[job_type] if job_type else None,
                                               limit=limit)
         except ValueError as exc:
-            raise click.UsageError(first_line(exc)) from None
+            raise click.UsageError(error_text(exc)) from None
     click.echo(f"{count} job(s) moved back to pending")
 
 
@@ -504,7 +505,7 @@ def bench(args: tuple[str, ...]) -> None:
     try:
         bench_main = _harness.load(root)
     except ImportError as exc:
-        raise CliError(f"cannot load the benchmark harness of {root}: {first_line(exc)}") from None
+        raise CliError(f"cannot load the benchmark harness of {root}: {error_text(exc)}") from None
     argv = list(args)
     dsn = _settings(ctx).dsn
     if dsn is not None:
@@ -535,7 +536,7 @@ def embedded(action: str) -> None:
         with _quiet_platformdirs():
             _embedded.stop_server(directory)
     except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
-        raise CliError(f"could not stop the embedded PostgreSQL: {first_line(exc)}") from None
+        raise CliError(f"could not stop the embedded PostgreSQL: {error_text(exc)}") from None
     click.echo(f"embedded PostgreSQL stopped (data kept in {directory})")
 
 
@@ -572,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("GOLEMQ_DEBUG"):
             raise
-        click.echo(f"golemq-pg: error: {type(exc).__name__}: {first_line(exc)}", err=True)
+        click.echo(f"golemq-pg: error: {type(exc).__name__}: {error_text(exc)}", err=True)
         return EXIT_RUNTIME
     return result if isinstance(result, int) else 0
 

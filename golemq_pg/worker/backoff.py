@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 import structlog
 
+from golemq_pg._errortext import error_text
 from golemq_pg._types import RetryContext, RetryStrategy
 from golemq_pg.errors import RetryableJobError, TerminalJobError
 
 log = structlog.get_logger("golemq_pg.worker.backoff")
 
-#: ``last_error`` is "<ExceptionType>: <message>", cut to this many characters.
+#: ``last_error`` is "<ExceptionType>: <first line of the message>", cut to this many characters.
 MAX_ERROR_CHARS = 2000
 #: Jitter adds up to this fraction of the exponential delay, so retries spread out.
 JITTER_FRACTION = 0.25
@@ -32,16 +33,9 @@ class JobTimeout(Exception):  # noqa: N818 - named after what happened
 
 
 def describe_error(error: BaseException) -> str:
-    """``"<ExceptionType>: <message>"`` cut to :data:`MAX_ERROR_CHARS` (no traceback)."""
-    name = type(error).__name__
-    try:
-        message = str(error)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not break the worker
-        message = "<unprintable error>"
-    text = f"{name}: {message}" if message else name
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 3] + "..."
-    return text
+    """``"<ExceptionType>: <first line of the message>"`` cut to :data:`MAX_ERROR_CHARS` (no
+    traceback): the ``last_error`` text, which observers get as a transition's ``error`` too."""
+    return error_text(error, limit=MAX_ERROR_CHARS, with_type=True)
 
 
 def default_backoff(

@@ -10,14 +10,10 @@ worker logs one warning naming what blocks the type, once per streak.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import structlog
 
 from golemq_pg.store.port import ClaimBlock, TypeSlots
-
-if TYPE_CHECKING:
-    from golemq_pg.worker.runtime import Runtime
 
 log = structlog.get_logger("golemq_pg.worker.blocked")
 
@@ -28,8 +24,8 @@ STREAK = 20
 class BlockedReporter:
     """Counts consecutive blocked polls per type and warns once per streak."""
 
-    def __init__(self, runtime: Runtime, *, streak: int = STREAK) -> None:
-        self.runtime = runtime
+    def __init__(self, owner: str, *, streak: int = STREAK) -> None:
+        self.owner = owner
         self.streak = streak
         self._counts: dict[str, int] = {}
 
@@ -52,7 +48,7 @@ class BlockedReporter:
             self._counts[name] = seen
             if seen == self.streak:
                 log.warning(
-                    "type_blocked", worker_id=self.runtime.owner, type=name,
+                    "type_blocked", worker_id=self.owner, type=name,
                     blocked_by=str(block), kind=block.kind, name=block.name, polls=seen,
                 )
 

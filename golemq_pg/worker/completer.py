@@ -23,13 +23,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from golemq_pg.store.port import FailItem, LeaseRef, RetryItem
-from golemq_pg.worker.runtime import LOG_IDS, _short
+from golemq_pg._errortext import error_text
+from golemq_pg.store.port import FailItem, JobStore, LeaseRef, RetryItem
+from golemq_pg.worker.observers import ObserverHub
+from golemq_pg.worker.runtime import LOG_IDS
+from golemq_pg.worker.service import Service
 
 if TYPE_CHECKING:
     from golemq_pg.worker.runtime import Runtime
@@ -53,25 +56,43 @@ SOON = 0.05
 Entry = tuple[int, "Unit", Sequence[Any], bool]
 
 
-class Completer:
-    """Buffers outcomes and writes them in batches from one thread."""
+class Completer(Service):
+    """Buffers outcomes and writes them in batches from one thread.
 
-    def __init__(self, runtime: Runtime, *, delay: float = 0.003, max_items: int = 500) -> None:
-        self.runtime = runtime
+    It reports upward through two callbacks: ``wake`` after every flush (capacity may have
+    freed) and ``hint`` with the types whose jobs may now be claimable (see the module
+    docstring), both the runtime's.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        owner: str,
+        hub: ObserverHub,
+        *,
+        unblocks: Mapping[str, frozenset[str]],
+        hint: Callable[[tuple[str, ...]], object],
+        wake: Callable[[], None],
+        delay: float = 0.003,
+        max_items: int = 500,
+    ) -> None:
+        super().__init__("golemq-completer", owner)
+        self.store = store
+        self.hub = hub
         self.delay = delay
         self.max_items = max(max_items, 1)
+        self._hint = hint
+        self._wake = wake
         self._entries: deque[Entry] = deque()
         self._pending = threading.Event()
         self._full = threading.Event()
-        self._stop = threading.Event()
         self._busy = False
         #: Per type whose settled leases may let a guarded claim proceed: the handler types
-        #: of this worker that may then claim (see the module docstring). Its outcomes are
+        #: of this worker that may then claim (see :func:`unblocked_by`). Its outcomes are
         #: written without the accumulation delay.
-        self.unblocks: dict[str, frozenset[str]] = unblocked_by(runtime)
+        self.unblocks: Mapping[str, frozenset[str]] = unblocks
         #: Once set, a failing write is abandoned instead of retried (end of shutdown).
         self.give_up_at: float | None = None
-        self._thread: threading.Thread | None = None
 
     # -- producers (handler threads, supervisor, shutdown) ---------------------------------
     def complete(self, unit: Unit) -> None:
@@ -104,39 +125,45 @@ class Completer:
         """Nothing queued and nothing being written."""
         return not self._entries and not self._busy
 
-    # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the flusher thread."""
-        self._thread = threading.Thread(target=self._loop, name="golemq-completer", daemon=True)
-        self._thread.start()
+    # -- the loop (hooks of Service) ----------------------------------------------------------
+    def pause(self, wait: float | None) -> None:
+        """Wait for the first outcome, then let more accumulate for ``delay`` (or until
+        ``max_items`` are queued, or an outcome that must not wait arrives)."""
+        del wait
+        if not self.stop_event.is_set():
+            self._pending.wait()
+            if not self.stop_event.is_set() and len(self._entries) < self.max_items:
+                self._full.wait(self.delay)
+
+    def step(self) -> None:
+        """Write everything queued, then wake the claim loop (freed capacity)."""
+        self._pending.clear()
+        self._full.clear()
+        if self._entries:
+            self._busy = True
+            try:
+                self.flush()
+            finally:
+                self._busy = False
+                self._wake()
+
+    def kick(self) -> None:
+        """End the accumulation delay: write what is queued now."""
+        self._pending.set()
+        self._full.set()
+
+    def running(self) -> bool:
+        """Until stopped and everything queued has been written."""
+        return not self.stop_event.is_set() or bool(self._entries)
+
+    def failed(self, exc: BaseException, failures: int) -> None:
+        """A flush failed outside the per-write retries (a bug): log it, go on."""
+        del failures
+        log.exception("completer_internal_error", error_type=type(exc).__name__)
 
     def stop(self, timeout: float | None = None) -> None:
         """Flush everything queued, then end the thread (waits up to ``timeout``)."""
-        self._stop.set()
-        self._pending.set()
-        self._full.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _loop(self) -> None:
-        while True:
-            if not self._stop.is_set():
-                self._pending.wait()
-                if not self._stop.is_set() and len(self._entries) < self.max_items:
-                    self._full.wait(self.delay)
-            self._pending.clear()
-            self._full.clear()
-            if self._entries:
-                self._busy = True
-                try:
-                    self.flush()
-                except BaseException as exc:
-                    log.exception("completer_internal_error", error_type=type(exc).__name__)
-                finally:
-                    self._busy = False
-                self.runtime.wake_claimer()
-            elif self._stop.is_set():
-                return
+        super().stop(timeout)
 
     # -- writing ----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -157,7 +184,7 @@ class Completer:
                     hinted.update(unblocks.get(entry[1].pool.type, ()))
             if hinted:
                 # After the writes committed: the claim sees the freed capacity.
-                self.runtime.hint(tuple(hinted))
+                self._hint(tuple(hinted))
 
     def _write(self, kind: int, group: list[Entry]) -> None:
         items = [item for entry in group for item in entry[2]]
@@ -173,7 +200,7 @@ class Completer:
             dead = [(item, unit) for _, unit, items, _ in group for item in items
                     if item.id in written]
             log.warning(
-                "jobs_dead_lettered", worker_id=self.runtime.owner, count=len(dead),
+                "jobs_dead_lettered", worker_id=self.owner, count=len(dead),
                 job_ids=[item.id for item, _ in dead[:LOG_IDS]],
                 types=sorted({unit.pool.type for _, unit in dead}),
                 attempts=[_job(unit, item.id).attempt for item, unit in dead[:LOG_IDS]],
@@ -185,11 +212,11 @@ class Completer:
             soon = {entry[1].pool.type for entry in group
                     if any(item.delay < SOON for item in entry[2])}
             if soon:
-                self.runtime.requeued(soon)
+                self._hint(tuple(soon))
 
     def _call(self, kind: int, chunk: list[Any]) -> set[str] | None:
-        store = self.runtime.store
-        owner = self.runtime.owner
+        store = self.store
+        owner = self.owner
         failures = 0
         while True:
             try:
@@ -207,15 +234,14 @@ class Completer:
                     log.warning(
                         "completion_write_failed", worker_id=owner, outcome=_NAMES[kind],
                         jobs=len(chunk), failures=failures, error_type=type(exc).__name__,
-                        error=_short(exc), giving_up=give_up,
+                        error=error_text(exc), giving_up=give_up,
                     )
                 if give_up:
                     return None
                 time.sleep(min(0.02 * 2 ** min(failures, 8), 2.0))
 
     def _report(self, kind: int, group: list[Entry], written: set[str]) -> None:
-        runtime = self.runtime
-        hub = runtime.hub
+        hub = self.hub
         unwritten: list[tuple[Any, Unit]] = []
         outcome = _OUTCOMES[kind]
         for _, unit, items, flag in group:
@@ -240,7 +266,7 @@ class Completer:
 
     def _fenced_out(self, kind: int, unwritten: list[tuple[Any, Unit]]) -> None:
         """Ids the store refused: cancelled rows (silent) or lost leases (reported)."""
-        store = self.runtime.store
+        store = self.store
         lost: list[tuple[Any, Unit]] = []
         for item, unit in unwritten:
             if len(unwritten) <= _LOOKUP_LIMIT:
@@ -254,12 +280,12 @@ class Completer:
             return
         jobs = [_job(unit, item.id) for item, unit in lost]
         log.warning(
-            "lease_lost", worker_id=self.runtime.owner, outcome=_NAMES[kind], count=len(jobs),
+            "lease_lost", worker_id=self.owner, outcome=_NAMES[kind], count=len(jobs),
             job_ids=[job.id for job in jobs[:LOG_IDS]],
             types=sorted({job.type for job in jobs}),
             attempts=[job.attempt for job in jobs[:LOG_IDS]],
         )
-        hub = self.runtime.hub
+        hub = self.hub
         if hub:
             for job in jobs:
                 hub.emit(job.id, job.type, job.scope, "lease-lost", job.attempt)
@@ -270,7 +296,8 @@ def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
     of this worker that may then claim: the members of a resource pool with a concurrency cap
     (a rate budget does not free on completion), a serialize_by_scope or grouped type itself,
     and the types whose ``not_while_running`` or ``waits_for`` names it."""
-    local = set(runtime.pools) | set(runtime.tx_pools)
+    specs = runtime.handlers
+    local = {spec.type for spec in specs}
     found: dict[str, set[str]] = {}
     for res in runtime.config.resources.values():
         if res.concurrency is None:
@@ -278,8 +305,6 @@ def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
         members = set(res.types)
         for member in members:
             found.setdefault(member, set()).update(members & local)
-    specs = [pool.spec for pool in runtime.pools.values()]
-    specs += [tx_pool.spec for tx_pool in runtime.tx_pools.values()]
     for spec in specs:
         if spec.serialize_by_scope or spec.grouped:
             found.setdefault(spec.type, set()).add(spec.type)

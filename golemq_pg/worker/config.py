@@ -54,6 +54,16 @@ class WorkerConfig:
     observers: tuple[LifecycleObserver, ...]
     retry_strategy: RetryStrategy | None
 
+    def lease_seconds(self, timeout: float | None) -> float:
+        """The lease a claim of a type with handler ``timeout`` asks for: ``lease_duration``
+        when set (renewed), else ``timeout + lease_grace`` written once, else
+        ``lease_grace`` (renewed)."""
+        if self.lease_duration is not None:
+            return self.lease_duration
+        if timeout is not None:
+            return timeout + self.lease_grace
+        return self.lease_grace
+
 
 def _seconds(value: object, what: str, *, positive: bool) -> float:
     try:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from golemq_pg._errortext import error_text
 from golemq_pg.store.port import (
     ClaimedJob,
     ClaimRequest,
@@ -25,12 +26,13 @@ from golemq_pg.store.port import (
     TypeSlots,
     claim_blocked,
 )
-from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.pool import DEFAULT_CLAIM_CAP
-from golemq_pg.worker.runtime import LOG_IDS, _short
+from golemq_pg.worker.runtime import LOG_IDS
+from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import Unit
 
 if TYPE_CHECKING:
+    from golemq_pg.worker.blocked import BlockedReporter
     from golemq_pg.worker.pool import TypePool
     from golemq_pg.worker.runtime import Runtime
 
@@ -50,18 +52,34 @@ MAX_TUNE_SAMPLE = 0.5
 ERROR_LOG_EVERY = 30.0
 
 
-class ClaimLoop:
-    """Leases jobs into the per-type buffers. See the module docstring."""
+class ClaimLoop(Service):
+    """Leases jobs into the per-type buffers. See the module docstring.
 
-    def __init__(self, runtime: Runtime, batch_size: int | None) -> None:
+    ``pools`` are the buffered pools it fills (the runtime's registry, seen whole);
+    ``writes_idle`` says whether the completer has nothing left to write (``run_until_empty``
+    waits for it); ``blocked`` diagnoses types a guard keeps getting nothing for. It pauses
+    on the runtime's wake event, which a finishing handler, a flush, a hint or a stop sets.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        pools: Mapping[str, TypePool],
+        *,
+        writes_idle: Callable[[], bool],
+        blocked: BlockedReporter,
+        batch_size: int | None,
+    ) -> None:
+        super().__init__("golemq-claim", runtime.owner, kick_event=runtime.wake)
         self.runtime = runtime
+        self.pools = pools
+        self._writes_idle = writes_idle
         self.batch_size = batch_size or DEFAULT_BATCH_CAP
         #: Running average of the claim round trip (seconds), for adaptive prefetch.
         self.claim_seconds: float | None = None
         self.poll_interval = runtime.config.poll_interval
         #: Set when a claim made with nothing held and nothing to write came back empty.
         self.drained = threading.Event()
-        self._stop = threading.Event()
         self._next_poll = 0.0
         self._rotation = 0
         #: Types asked by the empty claims of an idle run_until_empty stretch.
@@ -69,21 +87,12 @@ class ClaimLoop:
         self._failures = 0
         self._failing_since = 0.0
         self._last_error_log = 0.0
-        self._thread: threading.Thread | None = None
-        self._blocked = BlockedReporter(runtime)
+        self._blocked = blocked
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the claim thread."""
-        self._thread = threading.Thread(target=self._loop, name="golemq-claim", daemon=True)
-        self._thread.start()
-
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming; waits for a claim in flight to be distributed."""
-        self._stop.set()
-        self.runtime.wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        super().stop(timeout)
 
     # -- hints ------------------------------------------------------------------------------
     def hint(self, types: Iterable[str]) -> None:
@@ -92,46 +101,48 @@ class ClaimLoop:
 
     def poll_now(self) -> None:
         """Forget the poll schedule and claim at once (e.g. after the listener reconnected)."""
-        for pool in self.runtime.pools.values():
-            pool.hints += 1
-            pool.maybe_more = True
+        for pool in self.pools.values():
+            pool.hint()
         for tx_pool in self.runtime.tx_pools.values():
             tx_pool.hint()
         self._next_poll = 0.0
         self.runtime.wake.set()
 
-    # -- the loop ---------------------------------------------------------------------------
-    def _loop(self) -> None:
-        runtime = self.runtime
-        wake = runtime.wake
-        while not self._stop.is_set():
-            wake.clear()
-            try:
-                waited = self._iteration()
-            except BaseException as exc:
-                log.exception("claim_loop_internal_error", error_type=type(exc).__name__,
-                          error=_short(exc))
-                self._stop.wait(1.0)
-                continue
-            if waited is not None:
-                wake.wait(waited if waited >= 0 else None)
+    # -- the loop (hooks of Service) ----------------------------------------------------------
+    def step(self) -> float | None:
+        """Claim once if anything calls for it; return how long to pause (None: until woken,
+        0: not at all)."""
+        self.runtime.wake.clear()
+        return self._iteration()
+
+    def failed(self, exc: BaseException, failures: int) -> float:
+        """A claim pass failed outside the store call (a bug): log it, pause a second (only
+        a stop cuts that short)."""
+        del failures
+        log.exception("claim_loop_internal_error", error_type=type(exc).__name__,
+                      error=error_text(exc))
+        self.stop_event.wait(1.0)
+        return 0.0
+
+    def _busy(self) -> bool:
+        """Whether any unit is held or any outcome waits to be written."""
+        return self.runtime.holds_units() or not self._writes_idle()
 
     def _iteration(self) -> float | None:
-        """Claim once if anything calls for it; return how long to wait (-1: until woken)."""
         runtime = self.runtime
-        pools = list(runtime.pools.values())
+        pools = list(self.pools.values())
         now = time.monotonic()
         idle = (
             runtime.until_empty
             and not self.drained.is_set()
-            and not runtime.busy()
+            and not self._busy()
             and runtime.tx_idle()
         )
         if not pools:
             # Only transactional types (or none): they claim by themselves.
             if idle and runtime.maintained.is_set():
                 self.drained.set()
-            return -1.0
+            return None
         poll_due = now >= self._next_poll or idle
         # The rotation advances only when a claim is sent (below): advancing it on every pass
         # could lock its phase to the loop's rhythm and always put the same type first.
@@ -140,7 +151,7 @@ class ClaimLoop:
         open_pools = [(pool, pool.free()) for pool in ordered]
         open_pools = [(pool, free) for pool, free in open_pools if free > 0]
         if not open_pools:
-            return -1.0  # every type is full: a finishing handler wakes us
+            return None  # every type is full: a finishing handler wakes us
         if not poll_due and not any(p.maybe_more and p.wants_claim() for p, _ in open_pools):
             return max(self._next_poll - now, 0.0)
         slots = self._slots(open_pools)
@@ -150,7 +161,7 @@ class ClaimLoop:
         recovering = self._failures > 0
         jobs = self._claim(slots)
         if jobs is None:
-            return None  # backed off inside _claim
+            return 0.0  # backed off inside _claim
         if not recovering:
             # The claim that ends an outage waited for the database, not for the claim.
             self._tune(min(time.monotonic() - began, MAX_TUNE_SAMPLE))
@@ -158,7 +169,7 @@ class ClaimLoop:
         counts = self._distribute(jobs, now)
         blocked = claim_blocked(jobs)
         for slot in slots:
-            pool = runtime.pools[slot.type]
+            pool = self.pools[slot.type]
             got = counts.get(slot.type, 0)
             block = blocked.get(slot.type)
             # A type held back by leases (its scopes, a pool's concurrency, a type it must not
@@ -192,13 +203,13 @@ class ClaimLoop:
         if not jobs and blocked:
             # Sleep until woken (a flush, a finishing handler, a hint) or the next poll.
             return max(self._next_poll - time.monotonic(), 0.0)
-        return None if jobs else 0.0
+        return 0.0
 
     def _tune(self, seconds: float) -> None:
         avg = self.claim_seconds
         avg = seconds if avg is None else avg + (seconds - avg) * _LATENCY_WEIGHT
         self.claim_seconds = avg
-        for pool in self.runtime.pools.values():
+        for pool in self.pools.values():
             pool.tune(avg)
 
     def _slots(self, open_pools: Sequence[tuple[TypePool, int]]) -> list[TypeSlots]:
@@ -254,13 +265,13 @@ class ClaimLoop:
             self._last_error_log = now
             log.warning(
                 "claim_failed", worker_id=self.runtime.owner, failures=self._failures,
-                error_type=type(exc).__name__, error=_short(exc), retry_in=round(backoff, 3),
+                error_type=type(exc).__name__, error=error_text(exc), retry_in=round(backoff, 3),
             )
-        self._stop.wait(backoff)
+        self.stop_event.wait(backoff)
 
     def _distribute(self, jobs: list[ClaimedJob], claimed_at: float) -> dict[str, int]:
         """Put claimed jobs into their types' buffers; returns units per type."""
-        pools = self.runtime.pools
+        pools = self.pools
         counts: dict[str, int] = {}
         groups: dict[tuple[str, Any], list[ClaimedJob]] = {}
         strays: list[ClaimedJob] = []
@@ -302,7 +313,7 @@ class ClaimLoop:
                 runtime.owner, [LeaseRef(job.id, job.lease_token) for job in strays]
             )
         except Exception as exc:  # noqa: BLE001 - the leases expire and the reaper recovers them
-            log.warning("release_failed", error_type=type(exc).__name__, error=_short(exc))
+            log.warning("release_failed", error_type=type(exc).__name__, error=error_text(exc))
 
 
 def _arrival(job: ClaimedJob) -> tuple[int, int, str]:

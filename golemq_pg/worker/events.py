@@ -11,14 +11,11 @@ import math
 import threading
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from golemq_pg._types import Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.errors import JobAborted, QueuePayloadError
-
-if TYPE_CHECKING:
-    from golemq_pg.worker.progress import ProgressReporter
 
 P = TypeVar("P", bound=Mapping[str, Any])
 
@@ -90,6 +87,13 @@ class CancelSignal:
         return f"CancelSignal(reason={self._reason!r})"
 
 
+class ProgressSink(Protocol):
+    """Where ``JobEvent.progress`` sends a validated value (the worker's progress reporter)."""
+
+    def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
+        """Record ``value`` as the progress of ``event``'s job."""
+
+
 class JobEvent(Generic[P]):
     """One job as a handler sees it.
 
@@ -141,7 +145,7 @@ class JobEvent(Generic[P]):
         self.priority = priority
         self.enqueued_at = enqueued_at
         self.connection = connection
-        self._reporter: ProgressReporter | None = None
+        self._reporter: ProgressSink | None = None
         self._token = 0
         self._progress_lock: threading.Lock | None = None
         self._progress_pending: float | dict[str, Any] | None = None
@@ -219,4 +223,5 @@ __all__ = [
     "BatchEvent",
     "CancelSignal",
     "JobEvent",
+    "ProgressSink",
 ]

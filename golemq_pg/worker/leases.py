@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from golemq_pg._errortext import error_text
 from golemq_pg.worker.events import LEASE_LOST
-from golemq_pg.worker.runtime import Service, _short
+from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import BUFFERED, RUNNING, Unit
 
 if TYPE_CHECKING:
     from golemq_pg.worker.runtime import Runtime
+    from golemq_pg.worker.supervisor import Abort
 
 log = structlog.get_logger("golemq_pg.worker.leases")
 
@@ -46,11 +48,13 @@ def renew_interval(runtime: Runtime) -> float:
 
 
 class LeaseRenewer(Service):
-    """Renews held leases in one call per lease length; aborts the ones that were lost."""
+    """Renews held leases in one call per lease length; aborts the ones that were lost
+    through ``abort``."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, abort: Abort) -> None:
         super().__init__("golemq-renewer", runtime.owner)
         self.runtime = runtime
+        self._abort = abort
         self.interval = renew_interval(runtime)
         self._failures = 0
 
@@ -91,12 +95,12 @@ class LeaseRenewer(Service):
                     log.warning(
                         "lease_renew_failed", worker_id=runtime.owner, jobs=len(refs),
                         failures=self._failures, error_type=type(exc).__name__,
-                        error=_short(exc),
+                        error=error_text(exc),
                     )
                 now = time.monotonic()
                 expired = [u for u in units if u.lease_deadline <= now]
                 if expired:
-                    runtime.abort(expired, LEASE_LOST)
+                    self._abort(expired, LEASE_LOST)
                 continue
             self._failures = 0
             lost: list[Unit] = []
@@ -106,7 +110,7 @@ class LeaseRenewer(Service):
                 else:
                     lost.append(unit)
             if lost:
-                runtime.abort(lost, LEASE_LOST)
+                self._abort(lost, LEASE_LOST)
 
 
 __all__ = ["LeaseRenewer", "renew_interval"]

@@ -19,11 +19,12 @@ import structlog
 
 from golemq_pg.store.port import Listener
 from golemq_pg.worker.events import CANCELLED
-from golemq_pg.worker.runtime import Service
+from golemq_pg.worker.service import Service
 
 if TYPE_CHECKING:
     from golemq_pg.worker.dispatcher import ClaimLoop
     from golemq_pg.worker.runtime import Runtime
+    from golemq_pg.worker.supervisor import AbortIds
 
 log = structlog.get_logger("golemq_pg.worker.listener")
 
@@ -32,15 +33,22 @@ WAIT_SECONDS = 0.25
 
 
 class ListenerThread(Service):
-    """Waits on the store's listener and dispatches what arrives."""
+    """Waits on the store's listener and dispatches what arrives: hints and re-polls to the
+    claim loop (``dispatcher``), cancels to ``abort_ids`` (the supervisor's)."""
 
     def __init__(
-        self, runtime: Runtime, dispatcher: ClaimLoop, listener: Listener | None
+        self,
+        runtime: Runtime,
+        dispatcher: ClaimLoop,
+        listener: Listener | None,
+        *,
+        abort_ids: AbortIds,
     ) -> None:
         super().__init__("golemq-listener", runtime.owner)
         self.runtime = runtime
         self.dispatcher = dispatcher
         self.listener = listener
+        self._abort_ids = abort_ids
         self._reopen = listener is None
 
     def step(self) -> float:
@@ -71,7 +79,7 @@ class ListenerThread(Service):
                 self.dispatcher.hint(note.items)
             elif note.kind == "cancel":
                 if note.items:
-                    self.runtime.abort_ids(note.items, CANCELLED)
+                    self._abort_ids(note.items, CANCELLED)
             else:  # "reconnected" (or anything new): re-poll everything
                 self.dispatcher.poll_now()
         return 0.0

@@ -29,14 +29,17 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from golemq_pg._errortext import error_text
 from golemq_pg._schedule import next_tick
 from golemq_pg.store.port import LEASE_EXHAUSTED_ERROR, LEASE_EXPIRED_ERROR, DueSchedule
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
-from golemq_pg.worker.runtime import LOG_IDS, Service, _short
+from golemq_pg.worker.runtime import LOG_IDS
+from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import Unit
 
 if TYPE_CHECKING:
     from golemq_pg.worker.runtime import Runtime
+    from golemq_pg.worker.supervisor import Abort
 
 log = structlog.get_logger("golemq_pg.worker.maintenance")
 
@@ -75,11 +78,13 @@ class Task:
 
 
 class Maintenance(Service):
-    """Runs the maintenance tasks on one thread, each on its own timer."""
+    """Runs the maintenance tasks on one thread, each on its own timer; the reconcile pass
+    takes vanished leases away through ``abort``."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, abort: Abort) -> None:
         super().__init__("golemq-maintenance", runtime.owner)
         self.runtime = runtime
+        self._abort = abort
         cfg = runtime.config
         poll = cfg.poll_interval
         self.tasks = [
@@ -111,7 +116,7 @@ class Maintenance(Service):
                     log.warning(
                         "maintenance_failed", task=task.name, worker_id=self.runtime.owner,
                         failures=task.failures, error_type=type(exc).__name__,
-                        error=_short(exc),
+                        error=error_text(exc),
                     )
             task.next_at = time.monotonic() + wait
         if not self.runtime.maintained.is_set():
@@ -167,9 +172,9 @@ class Maintenance(Service):
             else:
                 lost.append(unit)
         if cancelled:
-            runtime.abort(cancelled, CANCELLED)
+            self._abort(cancelled, CANCELLED)
         if lost:
-            runtime.abort(lost, LEASE_LOST)
+            self._abort(lost, LEASE_LOST)
 
     def fire_schedules(self) -> float | None:
         """Enqueue one job per due schedule tick; return the wait until the soonest next

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from golemq_pg.worker.execution import execute
 from golemq_pg.worker.handlers import HandlerSpec
-from golemq_pg.worker.units import FINISHED, Unit
+from golemq_pg.worker.units import Slot, Unit
 
 if TYPE_CHECKING:
+    from golemq_pg.worker.execution import Executor
+    from golemq_pg.worker.outcomes import Outcomes
     from golemq_pg.worker.runtime import Runtime
 
 log = structlog.get_logger("golemq_pg.worker.pool")
@@ -46,36 +47,29 @@ MAX_ADAPTIVE_PREFETCH = 2 * DEFAULT_CLAIM_CAP
 _DURATION_WEIGHT = 0.2
 
 
-def lease_seconds_for(runtime: Runtime, spec: HandlerSpec) -> float:
-    """The lease a claim of ``spec``'s type asks for: ``lease_duration`` when set (renewed),
-    else ``timeout + lease_grace`` written once, else ``lease_grace`` (renewed)."""
-    cfg = runtime.config
-    if cfg.lease_duration is not None:
-        return cfg.lease_duration
-    if spec.timeout is not None:
-        return spec.timeout + cfg.lease_grace
-    return cfg.lease_grace
-
-
-class Slot:
-    """One handler thread. ``abandoned`` is set when the supervisor writes it off."""
-
-    __slots__ = ("abandoned", "number", "thread")
-
-    def __init__(self, number: int) -> None:
-        self.number = number
-        self.abandoned = False
-        self.thread: threading.Thread | None = None
-
-
 class TypePool:
-    """The slots, buffer and bookkeeping of one handler type."""
+    """The slots, buffer and bookkeeping of one handler type.
 
-    transactional = False
+    ``executor`` runs the units its slots take; ``outcomes`` settles the ones given back
+    unstarted at shutdown.
+    """
 
-    def __init__(self, runtime: Runtime, spec: HandlerSpec, *, batch_size: int | None) -> None:
+    #: A handler that ignores its signal is written off and its slot replaced.
+    abandonable = True
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        spec: HandlerSpec,
+        executor: Executor,
+        outcomes: Outcomes,
+        *,
+        batch_size: int | None,
+    ) -> None:
         self.runtime = runtime
         self.spec = spec
+        self.executor = executor
+        self.outcomes = outcomes
         self.type = spec.type
         concurrency = spec.concurrency
         if batch_size is None:
@@ -89,7 +83,7 @@ class TypePool:
         self.watermark = self.prefetch // 2
         #: Running average of handler durations (seconds); None until one finished.
         self.avg_duration: float | None = None
-        self.lease_seconds = lease_seconds_for(runtime, spec)
+        self.lease_seconds = runtime.config.lease_seconds(spec.timeout)
         #: Units held: buffered, running, or finished but not yet let go. Keyed by unit key.
         #: Plain dict operations are atomic under the GIL, so the hot path takes no lock.
         self.active: dict[str, Unit] = {}
@@ -112,6 +106,11 @@ class TypePool:
     def wants_claim(self) -> bool:
         """Free capacity, and the buffer has drained to the watermark."""
         return len(self.active) < self.capacity and self.buffer.qsize() <= self.watermark
+
+    def hint(self) -> None:
+        """Jobs of this type may be due: ask for it at the claim loop's next pass."""
+        self.hints += 1
+        self.maybe_more = True
 
     def record_duration(self, seconds: float) -> None:
         """Fold one handler duration into the running average (races are harmless)."""
@@ -152,7 +151,8 @@ class TypePool:
         return slot
 
     def interrupt(self, unit: Unit) -> bool:
-        """Only transactional handlers have a statement to cancel; here, nothing to do."""
+        """Only transactional handlers have a statement to cancel; here, nothing to do
+        (an ignored signal is handled by abandoning the slot instead)."""
         del unit
         return False
 
@@ -191,6 +191,7 @@ class TypePool:
         get = self.buffer.get
         qsize = self.buffer.qsize
         wake = runtime.wake
+        execute = self.executor.execute
         while True:
             unit = get()
             if unit is None:
@@ -214,14 +215,8 @@ class TypePool:
 
     def release_unstarted(self, unit: Unit) -> None:
         """Give a buffered unit back to the queue (attempt refunded): shutdown path."""
-        runtime = self.runtime
-        with runtime.lock:
-            won = not unit.settled
-            unit.settled = True
-            unit.state = FINISHED
-        if won:
-            runtime.completer.release(unit, emit=False)
+        self.outcomes.release_unstarted(unit)
         self.active.pop(unit.key, None)
 
 
-__all__ = ["Slot", "TypePool"]
+__all__ = ["DEFAULT_CLAIM_CAP", "MAX_ADAPTIVE_PREFETCH", "TypePool"]

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from golemq_pg.store.port import LeaseRef
+from golemq_pg.store.port import JobStore, LeaseRef
 
 if TYPE_CHECKING:
     from golemq_pg.worker.events import JobEvent
-    from golemq_pg.worker.runtime import Runtime
 
 log = structlog.get_logger("golemq_pg.worker.progress")
 
@@ -27,12 +27,23 @@ _NOTHING: Any = None
 _CREATE_LOCK = threading.Lock()
 
 
-class ProgressReporter:
-    """Writes ``JobEvent.progress`` values through ``store.job_progress``, coalesced."""
+#: Runs a callback at a monotonic time, on a timer thread (the supervisor's ``call_at``).
+Schedule = Callable[[float, Callable[[], None]], None]
 
-    def __init__(self, runtime: Runtime, *, interval: float = 0.2) -> None:
-        self.runtime = runtime
+
+class ProgressReporter:
+    """Writes ``JobEvent.progress`` values through ``store.job_progress``, coalesced.
+
+    Not a loop of its own: a deferred write is a timer on ``schedule``.
+    """
+
+    def __init__(
+        self, store: JobStore, owner: str, *, schedule: Schedule, interval: float = 0.2
+    ) -> None:
+        self.store = store
+        self.owner = owner
         self.interval = interval
+        self._schedule = schedule
 
     def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
         """Record ``value`` for ``event``; write now or schedule a coalesced write."""
@@ -50,7 +61,7 @@ class ProgressReporter:
                 self._write_locked(event, now)
             elif not event._progress_scheduled:
                 event._progress_scheduled = True
-                self.runtime.supervisor.call_at(due, lambda: self._deferred(event))
+                self._schedule(due, lambda: self._deferred(event))
 
     def finish(self, event: JobEvent[Any]) -> None:
         """Write the latest unwritten value before the job's outcome (handler thread)."""
@@ -77,9 +88,7 @@ class ProgressReporter:
         event._progress_pending = _NOTHING
         event._progress_at = now
         try:
-            self.runtime.store.job_progress(
-                self.runtime.owner, LeaseRef(event.id, event._token), value
-            )
+            self.store.job_progress(self.owner, LeaseRef(event.id, event._token), value)
         except Exception as exc:  # noqa: BLE001 - progress is best effort; the job goes on
             log.warning(
                 "progress_write_failed", job_id=event.id, type=event.type,
@@ -87,4 +96,4 @@ class ProgressReporter:
             )
 
 
-__all__ = ["ProgressReporter"]
+__all__ = ["ProgressReporter", "Schedule"]

@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from golemq_pg.worker.events import SHUTDOWN
-from golemq_pg.worker.execution import abandon
 from golemq_pg.worker.units import RUNNING
 
 if TYPE_CHECKING:
+    from golemq_pg.worker.completer import Completer
     from golemq_pg.worker.dispatcher import ClaimLoop
+    from golemq_pg.worker.pool import TypePool
     from golemq_pg.worker.runtime import Runtime
+    from golemq_pg.worker.service import Service
+    from golemq_pg.worker.supervisor import Supervisor
+    from golemq_pg.worker.transactional import TransactionalPool
 
 log = structlog.get_logger("golemq_pg.worker.shutdown")
 
@@ -42,7 +46,13 @@ def _running(runtime: Runtime) -> list[Any]:
     return [unit for unit in runtime.units() + runtime.tx_units() if unit.state == RUNNING]
 
 
-def _wait_idle(runtime: Runtime, seconds: float, hurry: threading.Event, refire: bool) -> bool:
+def _wait_idle(
+    runtime: Runtime,
+    supervisor: Supervisor,
+    seconds: float,
+    hurry: threading.Event,
+    refire: bool,
+) -> bool:
     """Wait until no handler runs, up to ``seconds``; True when idle."""
     deadline = time.monotonic() + seconds
     while True:
@@ -52,44 +62,54 @@ def _wait_idle(runtime: Runtime, seconds: float, hurry: threading.Event, refire:
         if hurry.is_set() or time.monotonic() >= deadline:
             return False
         if refire:  # a handler that picked a job up just before the stop gets the signal too
-            runtime.supervisor.fire_all(SHUTDOWN)
+            supervisor.fire_all(SHUTDOWN)
         hurry.wait(_TICK)
 
 
 def shut_down(
     runtime: Runtime,
+    *,
     claim_loop: ClaimLoop,
-    services: Sequence[Any],
+    pools: Mapping[str, TypePool],
+    tx_pools: Mapping[str, TransactionalPool],
+    supervisor: Supervisor,
+    completer: Completer,
+    services: Sequence[Service],
     grace: float,
     hurry: threading.Event,
 ) -> None:
-    """Run the shutdown sequence of the module docstring."""
+    """Run the shutdown sequence of the module docstring.
+
+    ``services`` are the loops stopped before the final flush (renewer, maintenance,
+    listener); the claim loop, the supervisor and the completer are stopped at their own
+    steps.
+    """
     runtime.stopping = True
     claim_loop.stop(JOIN_SECONDS)
     released = 0
-    for pool in runtime.pools.values():
+    for pool in pools.values():
         for unit in pool.drain_buffer():
             pool.release_unstarted(unit)
             released += len(unit.jobs)
         pool.stop_threads()
-    for tx_pool in runtime.tx_pools.values():
+    for tx_pool in tx_pools.values():
         tx_pool.stop_threads()
     if released:
         log.info("buffered_jobs_released", worker_id=runtime.owner, count=released)
-    if not _wait_idle(runtime, grace, hurry, refire=False):
-        fired = runtime.supervisor.fire_all(SHUTDOWN)
+    if not _wait_idle(runtime, supervisor, grace, hurry, refire=False):
+        fired = supervisor.fire_all(SHUTDOWN)
         log.info("shutdown_signalled", worker_id=runtime.owner, handlers=fired)
         abandon_after = 0.0 if hurry.is_set() else runtime.config.abandon_grace + 0.5
-        if not _wait_idle(runtime, abandon_after, hurry, refire=True):
+        if not _wait_idle(runtime, supervisor, abandon_after, hurry, refire=True):
             for unit in _running(runtime):
-                if unit.pool.transactional:
+                if not unit.pool.abandonable:
                     job = unit.jobs[0]
                     log.warning(
                         "transactional_handler_left_running", worker_id=runtime.owner,
                         job_id=job.id, type=job.type, attempt=job.attempt,
                     )
                     continue
-                if abandon(runtime, unit):
+                if supervisor.abandon(unit):
                     job = unit.jobs[0]
                     log.warning(
                         "handler_abandoned", worker_id=runtime.owner, job_id=job.id,
@@ -97,9 +117,9 @@ def shut_down(
                     )
     for service in services:
         service.stop(JOIN_SECONDS)
-    runtime.supervisor.stop(JOIN_SECONDS)
-    runtime.completer.give_up_at = time.monotonic() + FLUSH_GIVE_UP
-    runtime.completer.stop(JOIN_SECONDS + FLUSH_GIVE_UP)
+    supervisor.stop(JOIN_SECONDS)
+    completer.give_up_at = time.monotonic() + FLUSH_GIVE_UP
+    completer.stop(JOIN_SECONDS + FLUSH_GIVE_UP)
 
 
 __all__ = ["shut_down"]

@@ -1,4 +1,15 @@
-"""The supervisor: fires timeouts, abandons handlers that ignore their signal, runs timers.
+"""The supervisor: takes units away from their handlers, and abandons handlers that ignore it.
+
+* **Timeouts**: a running unit past its deadline gets its signal fired (reason
+  ``"timeout"``) and an abandon deadline ``abandon_grace`` later.
+* **Aborts** (:meth:`Supervisor.abort`): the single path by which a unit is taken away for
+  cancellation or lease loss. The unit is settled (so nothing its handler returns is
+  written), its signal fires, and it is abandoned if its handler does not return within
+  ``abandon_grace``. The listener, the renewer, the reconcile pass and in-process cancels
+  all come here.
+* **Abandon**: a handler still running past its abandon deadline is written off; its slot is
+  replaced so the type keeps its concurrency, and the unit's outcome is decided now.
+* **Timers**: small timed callbacks (deferred progress writes) run on this thread.
 
 It sleeps until the earliest thing it has to do. Rather than one timer per job (which would
 grow with throughput), it scans the running units when it wakes: there are never more than
@@ -14,51 +25,55 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from golemq_pg.worker.events import TIMEOUT
-from golemq_pg.worker.execution import abandon
-from golemq_pg.worker.units import RUNNING
+from golemq_pg.worker.backoff import JobTimeout
+from golemq_pg.worker.events import CANCELLED, TIMEOUT
+from golemq_pg.worker.runtime import LOG_IDS
+from golemq_pg.worker.service import Service
+from golemq_pg.worker.units import ABANDONED, BUFFERED, RUNNING, Unit
 
 if TYPE_CHECKING:
+    from golemq_pg.worker.outcomes import Outcomes
     from golemq_pg.worker.runtime import Runtime
 
 log = structlog.get_logger("golemq_pg.worker.supervisor")
+#: Aborts log under the package's logger, as they did when the runtime aborted units.
+_abort_log = structlog.get_logger("golemq_pg.worker")
+
+#: Takes units away from their handlers with a reason (:meth:`Supervisor.abort`); returns
+#: how many were aborted.
+Abort = Callable[[Iterable[Unit], str], int]
+#: The same for the held units containing any of the given job ids
+#: (:meth:`Supervisor.abort_ids`).
+AbortIds = Callable[[Iterable[str], str], int]
 
 #: Even with nothing to watch, look around this often (cheap; guards against a lost kick).
 MAX_SLEEP = 1.0
 
 
-class Supervisor:
-    """Timeouts, abandon deadlines and small timed callbacks, on one thread."""
+class Supervisor(Service):
+    """Timeouts, aborts, abandon deadlines and small timed callbacks, on one thread.
 
-    def __init__(self, runtime: Runtime) -> None:
+    Its steps return the monotonic time of the next thing to do, which its pause waits for
+    on a condition (a kick or a sooner timer ends the wait).
+    """
+
+    def __init__(self, runtime: Runtime, outcomes: Outcomes) -> None:
+        super().__init__("golemq-supervisor", runtime.owner)
         self.runtime = runtime
+        self.outcomes = outcomes
         #: Monotonic time of the next planned wake-up; read without a lock by handlers.
         self.planned = 0.0
         self._cond = threading.Condition()
         self._dirty = False
-        self._stopped = False
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start the supervisor thread."""
-        self._thread = threading.Thread(target=self._loop, name="golemq-supervisor", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float | None = None) -> None:
-        """End the thread."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
+    # -- the loop (hooks of Service) ----------------------------------------------------------
     def kick(self) -> None:
         """Re-scan now (a job started with an earlier deadline, or a signal fired)."""
         with self._cond:
@@ -73,27 +88,29 @@ class Supervisor:
                 self._dirty = True
                 self._cond.notify()
 
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                if self._stopped:
-                    return
-                self._dirty = False
-                self.planned = 0.0
-            try:
-                next_at = min(self._scan(), self._run_timers())
-            except BaseException as exc:
-                log.exception("supervisor_internal_error", error_type=type(exc).__name__)
-                next_at = time.monotonic() + 0.1
-            with self._cond:
-                if self._stopped:
-                    return
-                if self._dirty:
-                    continue
-                now = time.monotonic()
-                next_at = min(next_at, now + MAX_SLEEP)
-                self.planned = next_at
-                self._cond.wait(max(next_at - now, 0.0))
+    def step(self) -> float:
+        """Scan the running units and run due timers; return when to look again."""
+        with self._cond:
+            self._dirty = False
+            self.planned = 0.0
+        return min(self._scan(), self._run_timers())
+
+    def pause(self, wait: float | None) -> None:
+        """Sleep until monotonic time ``wait`` (at most :data:`MAX_SLEEP`), a kick or a stop."""
+        next_at = math.inf if wait is None else wait
+        with self._cond:
+            if self.stop_event.is_set() or self._dirty:
+                return
+            now = time.monotonic()
+            next_at = min(next_at, now + MAX_SLEEP)
+            self.planned = next_at
+            self._cond.wait(max(next_at - now, 0.0))
+
+    def failed(self, exc: BaseException, failures: int) -> float:
+        """A scan failed (a bug): log it and look again shortly."""
+        del failures
+        log.exception("supervisor_internal_error", error_type=type(exc).__name__)
+        return time.monotonic() + 0.1
 
     def _run_timers(self) -> float:
         while True:
@@ -118,11 +135,12 @@ class Supervisor:
         for unit in runtime.units() + runtime.tx_units():
             if unit.state != RUNNING:
                 continue
-            if unit.abandon_at is not None and unit.pool.transactional:
+            pool = unit.pool
+            if unit.abandon_at is not None and not pool.abandonable:
                 continue  # its thread owns the transaction: never abandoned
             if unit.abandon_at is not None:
                 if now >= unit.abandon_at:
-                    if abandon(runtime, unit):
+                    if self.abandon(unit):
                         job = unit.jobs[0]
                         log.warning(
                             "handler_abandoned", worker_id=runtime.owner, job_id=job.id,
@@ -139,16 +157,109 @@ class Supervisor:
                         log.info(
                             "job_timed_out", worker_id=runtime.owner, job_id=job.id,
                             type=job.type, attempt=job.attempt,
-                            timeout=unit.pool.spec.timeout,
+                            timeout=pool.spec.timeout,
                         )
-                        if unit.pool.transactional:
-                            # A transactional handler cannot be abandoned: cancel the
-                            # statement it may be blocked in instead.
-                            unit.pool.interrupt(unit)
+                        # A handler that cannot be abandoned (transactional) gets the
+                        # statement it may be blocked in cancelled instead; other pools
+                        # have nothing to interrupt.
+                        pool.interrupt(unit)
                     next_at = min(next_at, unit.abandon_at)
                 else:
                     next_at = min(next_at, unit.deadline)
         return next_at
+
+    # -- taking units away ------------------------------------------------------------------
+    def abort(self, units: Iterable[Unit], reason: str, *, error: str | None = None) -> int:
+        """Take ``units`` away from their handlers: settle, fire the signal, notify observers.
+
+        Nothing is written for them: the row is gone (cancelled) or belongs to someone else
+        (lease lost). Returns how many units were aborted (already settled ones are skipped).
+        """
+        runtime = self.runtime
+        aborted: list[Unit] = []
+        now = time.monotonic()
+        kick = False
+        with runtime.lock:
+            # The signal fires under the lock: whoever settles a unit has fired its signal
+            # before anyone can see it settled, so a synchronous cancel that lost the race to
+            # the NOTIFY path still returns after the handler was signalled.
+            for unit in units:
+                if unit.settled:
+                    continue
+                unit.settled = True
+                unit.signal.fire(reason)
+                if unit.state == RUNNING:
+                    unit.abandon_at = now + runtime.config.abandon_grace
+                    kick = True
+                aborted.append(unit)
+        if not aborted:
+            return 0
+        if kick:
+            self.kick()
+        for unit in aborted:
+            if unit.state == RUNNING:
+                # A transactional handler's transaction must end for the cancel to land;
+                # other pools have nothing to interrupt.
+                unit.pool.interrupt(unit)
+        outcome = "cancelled" if reason == CANCELLED else "lease-lost"
+        jobs = [job for unit in aborted for job in unit.jobs]
+        event = _abort_log.info if outcome == "cancelled" else _abort_log.warning
+        event(
+            "jobs_aborted" if outcome == "cancelled" else "lease_lost",
+            worker_id=runtime.owner,
+            reason=reason,
+            count=len(jobs),
+            job_ids=[job.id for job in jobs[:LOG_IDS]],
+            types=sorted({job.type for job in jobs}),
+            attempts=[job.attempt for job in jobs[:LOG_IDS]],
+        )
+        hub = runtime.hub
+        if hub:
+            for job in jobs:
+                hub.emit(job.id, job.type, job.scope, outcome, job.attempt, error=error)
+        # A buffered unit frees its capacity when its handler thread skips it; wake the
+        # claim loop so it can refill sooner.
+        if any(unit.state == BUFFERED for unit in aborted):
+            runtime.wake_claimer()
+        return len(aborted)
+
+    def abort_ids(self, job_ids: Iterable[str], reason: str, *, error: str | None = None) -> int:
+        """Abort every held unit (transactional ones included) containing one of ``job_ids``."""
+        wanted = {str(job_id) for job_id in job_ids}
+        if not wanted:
+            return 0
+        runtime = self.runtime
+        units = [u for u in runtime.held_units() if u.holds(wanted)]
+        units += [u for u in runtime.tx_units() if not u.settled and u.holds(wanted)]
+        return self.abort(units, reason, error=error)
+
+    def abandon(self, unit: Unit) -> bool:
+        """Write off the thread running ``unit`` (it ignored its signal); True when done.
+
+        The slot is replaced so the type keeps its concurrency, and the unit's outcome is
+        decided now (a timed-out attempt fails and is retried; a shutdown-aborted one is
+        released). The stuck thread exits whenever its handler returns; its result is
+        dropped.
+        """
+        runtime = self.runtime
+        with runtime.lock:
+            if unit.state != RUNNING:
+                return False
+            unit.state = ABANDONED
+            won = not unit.settled
+            unit.settled = True
+        unit.finished_at = time.monotonic()
+        pool = unit.pool
+        slot = unit.slot
+        if won:
+            self.outcomes.decide(
+                unit, JobTimeout("handler ignored its signal past abandon_grace")
+            )
+        pool.active.pop(unit.key, None)
+        if slot is not None:
+            pool.write_off(slot)
+        runtime.wake_claimer()
+        return True
 
     def fire_all(self, reason: str) -> int:
         """Fire ``reason`` on every running unit and arm its abandon deadline (shutdown)."""
@@ -160,10 +271,9 @@ class Supervisor:
                 unit.abandon_at = now + runtime.config.abandon_grace
                 if unit.signal.fire(reason):
                     fired += 1
-                    if unit.pool.transactional:
-                        unit.pool.interrupt(unit)
+                    unit.pool.interrupt(unit)  # a no-op unless the pool is transactional
         self.kick()
         return fired
 
 
-__all__ = ["Supervisor"]
+__all__ = ["Abort", "AbortIds", "Supervisor"]

@@ -32,24 +32,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from golemq_pg._errortext import error_text
 from golemq_pg._types import Resource
 from golemq_pg.errors import JobAborted
 from golemq_pg.store.port import ClaimRequest, TransactionalJobStore, TypeSlots
 from golemq_pg.worker.backoff import HandlerReturnedFalse, JobTimeout
 from golemq_pg.worker.events import TIMEOUT, JobEvent
-from golemq_pg.worker.execution import decide
 from golemq_pg.worker.handlers import HandlerSpec
-from golemq_pg.worker.pool import lease_seconds_for
-from golemq_pg.worker.runtime import _short
-from golemq_pg.worker.units import FINISHED, RUNNING, Unit
+from golemq_pg.worker.units import FINISHED, RUNNING, Slot, Unit
 
 if TYPE_CHECKING:
-    from golemq_pg.worker.pool import Slot
+    from golemq_pg.worker.outcomes import Outcomes
     from golemq_pg.worker.runtime import Runtime
 
 log = structlog.get_logger("golemq_pg.worker.transactional")
@@ -113,15 +111,29 @@ class _Rollback(Exception):  # noqa: N818 - a control-flow carrier, not an error
 
 
 class TransactionalPool:
-    """Threads that claim-and-run one job per transaction for one handler type."""
+    """Threads that claim-and-run one job per transaction for one handler type.
 
-    transactional = True
+    ``outcomes`` records a failed attempt after its rollback; ``kick_supervisor`` arms a
+    timeout as the handler starts (the supervisor's ``kick``).
+    """
 
-    def __init__(self, runtime: Runtime, spec: HandlerSpec) -> None:
+    #: Its thread owns the claim's transaction: never written off (see the module docstring).
+    abandonable = False
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        spec: HandlerSpec,
+        outcomes: Outcomes,
+        *,
+        kick_supervisor: Callable[[], None],
+    ) -> None:
         self.runtime = runtime
         self.spec = spec
+        self.outcomes = outcomes
+        self._kick_supervisor = kick_supervisor
         self.type = spec.type
-        self.lease_seconds = lease_seconds_for(runtime, spec)
+        self.lease_seconds = runtime.config.lease_seconds(spec.timeout)
         self.active: dict[str, Unit] = {}
         #: Set when a claim found nothing due; cleared when one found a job.
         self.empty = threading.Event()
@@ -210,7 +222,7 @@ class TransactionalPool:
                 if failures == 1 or failures % 20 == 0:
                     log.warning("transactional_claim_failed", type=self.type,
                                 worker_id=runtime.owner, failures=failures,
-                                error_type=type(exc).__name__, error=_short(exc))
+                                error_type=type(exc).__name__, error=error_text(exc))
                 time.sleep(min(0.05 * 2 ** min(failures, 7), 5.0))
             if not ran and not runtime.stopping:
                 runtime.wake_claimer()  # lets run_until_empty notice an idle type
@@ -265,7 +277,7 @@ class TransactionalPool:
         if not owned:  # aborted (cancelled): reported by the abort, nothing to write
             return True
         if failure is not None:
-            decide(runtime, unit, failure)
+            self.outcomes.decide(unit, failure)
         elif runtime.hub:
             job = unit.jobs[0]
             outcome = "succeeded" if job.id in written else "lease-lost"
@@ -289,7 +301,7 @@ class TransactionalPool:
         unit.started_at = time.monotonic()
         if self.spec.timeout is not None:
             unit.deadline = unit.started_at + self.spec.timeout
-            runtime.supervisor.kick()
+            self._kick_supervisor()
         if runtime.hub:
             runtime.hub.emit(job.id, job.type, job.scope, "started", job.attempt)
         event: JobEvent[Any] = JobEvent(

@@ -12,19 +12,68 @@ decided exactly once, under the runtime's lock:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Protocol
 
 from golemq_pg.store.port import ClaimedJob, LeaseRef
 from golemq_pg.worker.events import CancelSignal
 
 if TYPE_CHECKING:
-    from golemq_pg.worker.pool import Slot, TypePool
-    from golemq_pg.worker.transactional import TransactionalPool
+    from golemq_pg.worker.handlers import HandlerSpec
 
 BUFFERED = 0
 RUNNING = 1
 FINISHED = 2
 ABANDONED = 3
+
+
+class Slot:
+    """One handler thread. ``abandoned`` is set when the supervisor writes it off."""
+
+    __slots__ = ("abandoned", "number", "thread")
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.abandoned = False
+        self.thread: threading.Thread | None = None
+
+
+class UnitPool(Protocol):
+    """What a unit, and every service handling it, needs from the pool that owns it.
+
+    Both kinds of pool provide it: the buffered pools the claim loop fills and the
+    transactional ones whose threads claim for themselves. Callers use it instead of
+    asking which kind a pool is.
+    """
+
+    @property
+    def type(self) -> str:
+        """The handler type."""
+
+    @property
+    def spec(self) -> HandlerSpec:
+        """The handler and its options."""
+
+    @property
+    def lease_seconds(self) -> float:
+        """The lease a claim of this type asks for."""
+
+    @property
+    def active(self) -> dict[str, Unit]:
+        """The units held, by unit key (a unit leaves it when its thread lets go)."""
+
+    @property
+    def abandonable(self) -> bool:
+        """Whether a handler ignoring its signal may be written off (its thread replaced).
+
+        False for transactional handlers: their thread owns the claim's transaction.
+        """
+
+    def interrupt(self, unit: Unit) -> bool:
+        """Cut short what ``unit``'s handler is blocked in, if the pool can; True if sent."""
+
+    def write_off(self, slot: Slot) -> None:
+        """Forget an abandoned handler thread (and replace it, if the pool does)."""
 
 
 class Unit:
@@ -47,7 +96,7 @@ class Unit:
 
     def __init__(
         self,
-        pool: TypePool | TransactionalPool,
+        pool: UnitPool,
         jobs: tuple[ClaimedJob, ...],
         lease_deadline: float,
     ) -> None:
@@ -90,4 +139,4 @@ class Unit:
         return f"Unit(key={self.key!r}, jobs={len(self.jobs)}, state={self.state})"
 
 
-__all__ = ["ABANDONED", "BUFFERED", "FINISHED", "RUNNING", "Unit"]
+__all__ = ["ABANDONED", "BUFFERED", "FINISHED", "RUNNING", "Slot", "Unit", "UnitPool"]

@@ -3,9 +3,13 @@
 
 A started worker runs these threads (DESIGN.md, "Threads, not asyncio"): one claim loop,
 ``concurrency`` handler threads per type, one completion flusher, one lease renewer, one
-supervisor (timeouts and abandoned handlers), one listener (unless ``notify=False``) and one
-maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an event or
-a timer; none spins.
+supervisor (timeouts, aborts, abandoned handlers), one listener (unless ``notify=False``)
+and one maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an
+event or a timer; none spins.
+
+This module is the composition root: :meth:`Worker.start` builds the shared ``Runtime``, then
+every service with its collaborators passed to its constructor, bottom layer first
+(ARCHITECTURE.md, "Threads of a worker", lists the layers), and starts them.
 
 In-process cancellation: a started worker registers with :mod:`golemq_pg._local` under its
 store's identity, so ``Queue.cancel*`` in the same process aborts the matching handlers
@@ -18,12 +22,14 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Generic, TypeVar, overload
 
 import structlog
 
 from golemq_pg import _local
+from golemq_pg._errortext import error_text
 from golemq_pg._types import (
     Duration,
     JobType,
@@ -35,17 +41,21 @@ from golemq_pg._types import (
 from golemq_pg._validation import to_seconds
 from golemq_pg.errors import QueueConfigError
 from golemq_pg.store.port import JobStore
-from golemq_pg.worker.completer import Completer
+from golemq_pg.worker.blocked import BlockedReporter
+from golemq_pg.worker.completer import Completer, unblocked_by
 from golemq_pg.worker.config import WorkerConfig, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
 from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
+from golemq_pg.worker.execution import Executor
 from golemq_pg.worker.handlers import HandlerRegistry, build_spec
 from golemq_pg.worker.leases import LeaseRenewer
 from golemq_pg.worker.listener import ListenerThread
 from golemq_pg.worker.maintenance import Maintenance
+from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.progress import ProgressReporter
-from golemq_pg.worker.runtime import Runtime, _short
+from golemq_pg.worker.runtime import Runtime
+from golemq_pg.worker.service import Service
 from golemq_pg.worker.shutdown import shut_down
 from golemq_pg.worker.supervisor import Supervisor
 from golemq_pg.worker.transactional import (
@@ -59,6 +69,20 @@ log = structlog.get_logger("golemq_pg.worker")
 P = TypeVar("P", bound=Mapping[str, Any])
 R = TypeVar("R")
 H = TypeVar("H", bound=Callable[..., object])
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What one start built: the shared state and the services that stop needs again."""
+
+    runtime: Runtime
+    pools: dict[str, TypePool]
+    tx_pools: dict[str, TransactionalPool]
+    completer: Completer
+    supervisor: Supervisor
+    claim_loop: ClaimLoop
+    #: Stopped together before the final flush: renewer, maintenance, listener.
+    services: tuple[Service, ...]
 
 
 class TypedHandler(Generic[P]):
@@ -145,9 +169,7 @@ class Worker:
         self._stop_lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._hurry = threading.Event()
-        self._runtime: Runtime | None = None
-        self._claim_loop: ClaimLoop | None = None
-        self._services: list[Any] = []
+        self._parts: _Parts | None = None
         self._unregister: Callable[[], None] | None = None
         self._until_empty_requested = False
 
@@ -290,49 +312,69 @@ class Worker:
                         detail=text)
 
     def _launch(self) -> None:
+        """Build the shared state and every service, wire them, start the threads."""
         cfg = self.config
-        runtime = Runtime(cfg, self.store)
-        for spec in self._handlers:
+        store = self.store
+        owner = cfg.worker_id
+        specs = tuple(self._handlers)
+        # The pool registry: the runtime sees it through its protocols, the claim loop and
+        # shutdown through the concrete pools. Filled below, before any thread starts.
+        pools: dict[str, TypePool] = {}
+        tx_pools: dict[str, TransactionalPool] = {}
+        runtime = Runtime(cfg, store, handlers=specs, pools=pools, tx_pools=tx_pools,
+                          until_empty=self._until_empty_requested)
+        # Services, bottom layer first: each gets what it needs from the ones built before.
+        completer = Completer(
+            store, owner, runtime.hub, unblocks=unblocked_by(runtime), hint=runtime.hint,
+            wake=runtime.wake_claimer, max_items=max(cfg.batch_size or 0, 500),
+        )
+        outcomes = Outcomes(runtime, completer)
+        supervisor = Supervisor(runtime, outcomes)
+        reporter = ProgressReporter(store, owner, schedule=supervisor.call_at)
+        executor = Executor(runtime, outcomes, supervisor, reporter)
+        for spec in specs:
             if spec.transactional:
-                runtime.tx_pools[spec.type] = TransactionalPool(runtime, spec)
+                tx_pools[spec.type] = TransactionalPool(
+                    runtime, spec, outcomes, kick_supervisor=supervisor.kick
+                )
                 continue
-            runtime.pools[spec.type] = TypePool(runtime, spec, batch_size=cfg.batch_size)
-        runtime.completer = Completer(runtime, max_items=max(cfg.batch_size or 0, 500))
-        runtime.supervisor = Supervisor(runtime)
-        runtime.reporter = ProgressReporter(runtime)
-        claim_loop = ClaimLoop(runtime, cfg.batch_size)
-        listener_thread: ListenerThread | None = None
-        if cfg.notify and (runtime.pools or runtime.tx_pools):
+            pools[spec.type] = TypePool(runtime, spec, executor, outcomes,
+                                        batch_size=cfg.batch_size)
+        claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
+                               blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
+        services: list[Service] = [
+            LeaseRenewer(runtime, abort=supervisor.abort),
+            Maintenance(runtime, abort=supervisor.abort),
+        ]
+        if cfg.notify and (pools or tx_pools):
             listener = None
             try:
-                listener = self.store.open_listener()
+                listener = store.open_listener()
             except Exception as exc:  # noqa: BLE001 - the listener thread retries; polling covers the gap
-                log.warning("listener_open_failed", worker_id=cfg.worker_id,
-                            error_type=type(exc).__name__, error=_short(exc))
-            listener_thread = ListenerThread(runtime, claim_loop, listener)
-        self._runtime = runtime
-        self._claim_loop = claim_loop
-        runtime.until_empty = self._until_empty_requested
-        self._unregister = _local.register(self.store, self._abort_local)
-        runtime.completer.start()
-        runtime.supervisor.start()
-        for pool in runtime.pools.values():
+                log.warning("listener_open_failed", worker_id=owner,
+                            error_type=type(exc).__name__, error=error_text(exc))
+            services.append(
+                ListenerThread(runtime, claim_loop, listener, abort_ids=supervisor.abort_ids)
+            )
+        self._parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop,
+                             tuple(services))
+        self._unregister = _local.register(store, self._abort_local)
+        # Start order: what the others report to first, the claim loop (the source of
+        # work) last.
+        completer.start()
+        supervisor.start()
+        for pool in pools.values():
             pool.start()
-        for tx_pool in runtime.tx_pools.values():
+        for tx_pool in tx_pools.values():
             tx_pool.start()
-        renewer = LeaseRenewer(runtime)
-        maintenance = Maintenance(runtime)
-        self._services = [renewer, maintenance]
-        if listener_thread is not None:
-            self._services.append(listener_thread)
-        for service in self._services:
+        for service in services:
             service.start()
         claim_loop.start()
 
     def _abort_local(self, job_ids: Sequence[str], reason: str) -> None:
-        runtime = self._runtime
-        if runtime is not None:
-            runtime.abort_ids(job_ids, CANCELLED, error=reason)
+        parts = self._parts
+        if parts is not None:
+            parts.supervisor.abort_ids(job_ids, CANCELLED, error=reason)
 
     def abort_local(self, job_ids: Sequence[str], reason: str = CANCELLED) -> int:
         """Abort the handlers of ``job_ids`` running here (the rows must already be gone).
@@ -340,10 +382,10 @@ class Worker:
         ``Queue.cancel*`` calls this for every worker of the process through
         :mod:`golemq_pg._local`; returns how many units were aborted.
         """
-        runtime = self._runtime
-        if runtime is None:
+        parts = self._parts
+        if parts is None:
             return 0
-        return runtime.abort_ids(job_ids, CANCELLED, error=reason)
+        return parts.supervisor.abort_ids(job_ids, CANCELLED, error=reason)
 
     def stop(self, timeout: Duration | None = None) -> None:
         """Graceful stop (idempotent): stop claiming, give back buffered jobs, let running
@@ -362,14 +404,17 @@ class Worker:
                 if self._state in ("new", "stopped"):
                     return
                 self._state = "stopping"
-            runtime = self._runtime
-            claim_loop = self._claim_loop
-            assert runtime is not None  # noqa: S101 - set by start
-            assert claim_loop is not None  # noqa: S101 - set by start
+            parts = self._parts
+            assert parts is not None  # noqa: S101 - set by start
             started = time.monotonic()
             log.info("worker_stopping", worker_id=self.worker_id, grace=grace)
             try:
-                shut_down(runtime, claim_loop, self._services, grace, self._hurry)
+                shut_down(
+                    parts.runtime, claim_loop=parts.claim_loop, pools=parts.pools,
+                    tx_pools=parts.tx_pools, supervisor=parts.supervisor,
+                    completer=parts.completer, services=parts.services, grace=grace,
+                    hurry=self._hurry,
+                )
             finally:
                 if self._unregister is not None:
                     self._unregister()
@@ -422,14 +467,14 @@ class Worker:
                 raise QueueConfigError(str(exc)) from None
         with self._state_lock:
             self._until_empty_requested = True
-            if self._state == "running" and self._runtime is not None:
-                self._runtime.until_empty = True
-                self._runtime.wake.set()
+            if self._state == "running" and self._parts is not None:
+                self._parts.runtime.until_empty = True
+                self._parts.runtime.wake.set()
         self.start()
-        claim_loop = self._claim_loop
-        assert claim_loop is not None  # noqa: S101 - set by start
+        parts = self._parts
+        assert parts is not None  # noqa: S101 - set by start
         try:
-            if not claim_loop.drained.wait(limit):
+            if not parts.claim_loop.drained.wait(limit):
                 log.warning("run_until_empty_timed_out", worker_id=self.worker_id,
                             timeout=limit)
         finally:

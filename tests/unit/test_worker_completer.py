@@ -7,18 +7,14 @@ import threading
 from typing import Any
 
 from golemq_pg import InMemoryStore, JobEvent, Queue, Resource, Worker
-from golemq_pg.worker.completer import Completer, unblocked_by
+from golemq_pg.worker.completer import unblocked_by
 from golemq_pg.worker.handlers import build_spec
-from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.runtime import Runtime
-from tests.support.worker_runtime import bare_runtime
+from tests.support.worker_runtime import bare_completer, bare_runtime
 
 
 def _runtime(resources: dict[str, Resource] | None, *specs: Any) -> Runtime:
-    runtime = bare_runtime(resources=resources)
-    for spec in specs:
-        runtime.pools[spec.type] = TypePool(runtime, spec, batch_size=None)
-    return runtime
+    return bare_runtime(resources=resources, handlers=specs)
 
 
 def _noop(job: Any) -> None:
@@ -56,7 +52,7 @@ def test_what_each_settled_type_may_unblock() -> None:
 def test_nothing_unblocks_without_guards() -> None:
     runtime = _runtime(None, build_spec("plain", _noop))
     assert unblocked_by(runtime) == {}
-    assert Completer(runtime).unblocks == {}
+    assert bare_completer(runtime).unblocks == {}
 
 
 def test_a_pool_type_drains_without_waiting_for_polls() -> None:

@@ -16,7 +16,7 @@ from golemq_pg.testing import memory_store
 from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.pool import MAX_ADAPTIVE_PREFETCH, TypePool
-from tests.support.worker_runtime import bare_runtime
+from tests.support.worker_runtime import bare_pool, bare_runtime
 
 
 class RecordingStore(InMemoryStore):
@@ -89,8 +89,8 @@ def test_lease_duration_applies_to_every_type() -> None:
 
 def _pool(concurrency: int, batch_size: int | None) -> TypePool:
     runtime = bare_runtime(batch_size=batch_size)
-    return TypePool(runtime, build_spec("t", lambda job: None, concurrency=concurrency),
-                    batch_size=batch_size)
+    return bare_pool(runtime, build_spec("t", lambda job: None, concurrency=concurrency),
+                     batch_size=batch_size)
 
 
 def test_prefetch_grows_for_fast_handlers_and_stays_small_for_slow_ones() -> None:
@@ -133,7 +133,7 @@ def test_explicit_batch_size_bounds_the_prefetch() -> None:
 
 def test_blocked_reporter_warns_once_per_streak() -> None:
     runtime = _pool(1, None).runtime
-    reporter = BlockedReporter(runtime, streak=3)
+    reporter = BlockedReporter(runtime.owner, streak=3)
     slots = [TypeSlots("report", 1, 30.0, waits_for=("import",))]
     blocked = {"report": ClaimBlock("type", "import")}
     with structlog.testing.capture_logs() as logs:
