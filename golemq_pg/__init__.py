@@ -1,16 +1,19 @@
 """golemq-pg: a Postgres-native, high-throughput durable job queue for Python."""
 
 from golemq_pg._types import (
+    AttemptError,
     JobStatus,
     JobSummary,
     JobType,
     LifecycleObserver,
+    PausedType,
     Resource,
     Retention,
     RetryContext,
     ScheduleSummary,
     Scope,
     Transition,
+    WorkerSummary,
 )
 from golemq_pg.errors import (
     QueueConfigError,
@@ -23,6 +26,7 @@ from golemq_pg.store import InMemoryStore, JobStore, PostgresStore
 from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Worker
 
 __all__ = [
+    "AttemptError",
     "BatchEvent",
     "CancelSignal",
     "InMemoryStore",
@@ -32,6 +36,7 @@ __all__ = [
     "JobSummary",
     "JobType",
     "LifecycleObserver",
+    "PausedType",
     "PostgresStore",
     "Queue",
     "QueueConfigError",
@@ -45,6 +50,7 @@ __all__ = [
     "TerminalJobError",
     "Transition",
     "Worker",
+    "WorkerSummary",
 ]
 
 __version__ = "0.1.0"

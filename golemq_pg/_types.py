@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 Duration = float | int | timedelta
 
@@ -45,6 +45,50 @@ ScopeLike = Scope | tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptError:
+    """One failed attempt of a job, as kept in its history (``JobSummary.errors``).
+
+    ``error`` is the same bounded text as ``last_error`` (type and first line of the
+    message, never the payload); ``worker_id`` is None when the reaper recorded the failure
+    (a lease that expired) rather than the worker that ran it.
+    """
+
+    attempt: int
+    at: datetime
+    error: str
+    worker_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PausedType:
+    """A job type no worker claims until it is resumed (``Queue.pause``)."""
+
+    type: str
+    paused_at: datetime
+    reason: str | None
+
+
+#: The states a registered worker can be in; "lost" is derived (heartbeat too old).
+WorkerState = Literal["running", "stopping", "lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """A registered worker process (``Queue.workers``)."""
+
+    worker_id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_seen_at: datetime
+    #: type -> concurrency of the handlers it runs.
+    handlers: dict[str, int]
+    #: Jobs it held (running or buffered) at its last heartbeat.
+    running: int
+    state: WorkerState
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummary:
     """A read-only snapshot of one job row, as returned by inspection calls."""
 
@@ -62,6 +106,11 @@ class JobSummary:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    #: What the handler returned (SUCCEEDED jobs whose handler returned a value), else None.
+    result: Any = None
+    #: The last 20 failed attempts, oldest first.
+    errors: tuple[AttemptError, ...] = ()
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ from golemq_pg._types import JobStatus, JobSummary, Resource, ScheduleSummary, S
 LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
 #: ``last_error`` of a job whose lease expired with no attempt left (``failed-terminal``).
 LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
+#: How many failed attempts a job's history keeps (``JobSummary.errors``), newest kept.
+HISTORY_LIMIT = 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,7 @@ FROM STDIN
 -- The columns of golemq_pg.JobSummary, in the order PostgresStore reads them.
 j.id, j.type, j.scope_type, j.scope_id, j.status, j.attempts, j.max_attempts, j.last_error,
 j.priority, j.progress::text, j.run_at, j.created_at, j.updated_at, j.started_at,
-j.finished_at
+j.finished_at, j.result::text, j.errors::text, j.tags
 
 
 -- name: job_get

@@ -13,9 +13,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from golemq_pg import JobEvent, JobStatus, Queue, Worker
 from golemq_pg.store.port import EnqueueParams
 from golemq_pg.store.postgres import PostgresStore, migration_script
-from golemq_pg.store.postgres._migrations import migrations
+from golemq_pg.store.postgres._migrations import migrate, migrations
 from tests.support.schemas import fresh_schema
 
 
@@ -166,3 +167,90 @@ def test_two_schemas_are_independent_queues(pg_dsn: str, schema: str, other_sche
         assert one.job_stats()["pending"] == 1
         assert two.job_stats()["pending"] == 0
         assert one.channels() != two.channels()
+
+
+# One row of each status a 0001 schema can hold, written with 0001's columns only.
+_ROWS_0001 = """
+INSERT INTO {s}.jobs (type, payload, status, run_at, attempts, max_attempts, last_error,
+                      lease_owner, lease_token, lease_expires_at, started_at, finished_at,
+                      scope_type, scope_id, dedupe_key, progress)
+VALUES ('up.due', '{{"n": 1}}', 'pending', now(), 0, 3, NULL, NULL, 0, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL),
+       ('up.later', '{{"n": 2}}', 'pending', now() + interval '1 hour', 1, 3, 'boom', NULL,
+        1, NULL, NULL, NULL, 'A', 'a1', 'k1', NULL),
+       ('up.due', '{{"n": 3}}', 'running', now() - interval '1 minute', 1, 3, NULL,
+        'dead-worker', 7, now() - interval '10 seconds', now() - interval '1 minute', NULL,
+        NULL, NULL, NULL, '{{"pct": 50}}'),
+       ('up.done', '{{"n": 4}}', 'succeeded', now(), 1, 3, NULL, NULL, 1, NULL, now(), now(),
+        NULL, NULL, NULL, '0.5'),
+       ('up.dead', '{{"n": 5}}', 'failed', now(), 3, 3, 'TerminalJobError: no', NULL, 3,
+        NULL, now(), now(), 'A', 'a2', NULL, NULL)
+"""
+
+_ROW_PROJECTION = """
+SELECT id, type, payload::text, status, run_at, attempts, max_attempts, last_error,
+       lease_owner, lease_token, lease_expires_at, started_at, finished_at, scope_type,
+       scope_id, dedupe_key, progress::text, created_at
+  FROM {s}.jobs ORDER BY id
+"""
+
+
+def _schema_sql(text: str, schema: str) -> sql.Composed:
+    return sql.SQL(text).format(s=sql.Identifier(schema))  # type: ignore[arg-type]
+
+
+def _at_0001_with_jobs(pg_dsn: str, schema: str) -> list[tuple[Any, ...]]:
+    """``schema`` as release 0001 left it, holding one job of every status; its rows."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert [m.split("_")[0] for m in migrate(conn, schema, up_to=1)] == ["0001"]
+        conn.execute(_schema_sql(_ROWS_0001, schema))
+        return conn.execute(_schema_sql(_ROW_PROJECTION, schema)).fetchall()
+
+
+def test_an_upgraded_0001_schema_keeps_its_jobs_and_equals_a_fresh_one(
+    pg_dsn: str, schema: str, other_schema: str
+) -> None:
+    before = _at_0001_with_jobs(pg_dsn, schema)
+    assert {row[3] for row in before} == {"pending", "running", "succeeded", "failed"}
+    with PostgresStore.connect(pg_dsn, schema=schema) as store:
+        applied = store.migrate()
+    assert applied == [m.name for m in migrations() if m.version > 1]
+    with PostgresStore.connect(pg_dsn, schema=other_schema) as store:
+        store.migrate()
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(_schema_sql(_ROW_PROJECTION, schema)).fetchall() == before
+        new_columns = conn.execute(_schema_sql(
+            "SELECT count(*) FROM {s}.jobs WHERE result IS NULL AND errors IS NULL "
+            "AND tags IS NULL AND trace_context IS NULL", schema)).fetchone()
+        assert new_columns == (len(before),)
+        upgraded, fresh = _catalog(conn, schema), _catalog(conn, other_schema)
+    assert upgraded["relations"]  # not vacuous
+    assert upgraded["functions"]
+    assert upgraded == fresh
+    # The jobs read back through the port with the new fields empty.
+    with PostgresStore.connect(pg_dsn, schema=schema) as store:
+        for summary in Queue(store).find(limit=10):
+            assert (summary.result, summary.errors, summary.tags) == (None, (), ())
+
+
+def test_a_worker_drains_the_jobs_of_an_upgraded_schema(pg_dsn: str, schema: str) -> None:
+    _at_0001_with_jobs(pg_dsn, schema)
+    ran: list[tuple[str, int]] = []
+    with PostgresStore.connect(pg_dsn, schema=schema) as store:
+        store.migrate()
+        queue = Queue(store)
+        worker = Worker(store, poll_interval=0.05, lease_grace=5)
+
+        @worker.handler("up.due")
+        def due(job: JobEvent) -> None:
+            ran.append((job.payload["n"], job.attempt))
+
+        worker.run_until_empty(timeout=30)
+        counts = queue.count_by_status()
+    # The pending job ran on its first attempt; the running row of a dead worker (its lease
+    # expired) was reaped and ran again as its second.
+    assert sorted(ran) == [(1, 1), (3, 2)]
+    assert counts[JobStatus.SUCCEEDED] == 3
+    assert counts[JobStatus.PENDING] == 1  # up.later: not due, no handler for it
+    assert counts[JobStatus.FAILED] == 1
+    assert counts[JobStatus.RUNNING] == 0

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
-from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary, Scope
+from golemq_pg._types import AttemptError, JobStatus, JobSummary, ScheduleSummary, Scope
 from golemq_pg.store.port import CancelFilter, FindParams, Notification
 
 Progress = float | dict[str, Any]
@@ -54,6 +54,11 @@ class JobRow:
     progress: Progress | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: The handler's return value, encoded (as the jsonb column holds it).
+    result: bytes | None = None
+    #: The failed attempts, oldest first, at most port.HISTORY_LIMIT.
+    errors: list[AttemptError] = field(default_factory=list)
+    tags: tuple[str, ...] = ()
 
     def is_live(self, now: datetime) -> bool:
         """Running under a lease that has not expired: the only kind of row a guard sees."""
@@ -92,6 +97,9 @@ class JobRow:
             updated_at=self.updated_at,
             started_at=self.started_at,
             finished_at=self.finished_at,
+            result=None if self.result is None else orjson.loads(self.result),
+            errors=tuple(self.errors),
+            tags=self.tags,
         )
 
 

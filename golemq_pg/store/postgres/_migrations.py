@@ -73,10 +73,11 @@ def _lock_name(schema: str) -> str:
     return "golemq:migrate:" + schema
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+def migrate(conn: psycopg.Connection[Any], schema: str, *, up_to: int | None = None) -> list[str]:
     """Apply pending migrations to ``schema`` on ``conn``; returns the names applied.
 
-    ``conn`` must not be inside a transaction: every step commits on its own.
+    ``conn`` must not be inside a transaction: every step commits on its own. ``up_to``
+    stops after that version (an older schema, as a release of it left it: upgrade tests).
     """
     check_schema(schema)
     ident = sql.Identifier(schema)
@@ -87,6 +88,8 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> list[str]:
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
         conn.execute(trusted_sql(_LEDGER_DDL))
     for migration in migrations():
+        if up_to is not None and migration.version > up_to:
+            break
         with conn.transaction():
             # Migrations are administration: the runtime statement_timeout of the store's
             # connections must not cut an index build short.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 from psycopg.types.json import Jsonb
 
-from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary, Scope
+from golemq_pg._types import AttemptError, JobStatus, JobSummary, ScheduleSummary, Scope
 from golemq_pg.store.port import (
     CancelledJob,
     ClaimedJob,
@@ -133,6 +133,9 @@ def summary(row: Sequence[Any]) -> JobSummary:
         updated_at,
         started_at,
         finished_at,
+        result,
+        errors,
+        tags,
     ) = row
     return JobSummary(
         id=str(job_id),
@@ -149,6 +152,24 @@ def summary(row: Sequence[Any]) -> JobSummary:
         updated_at=updated_at,
         started_at=started_at,
         finished_at=finished_at,
+        result=decode_json(result),
+        errors=attempt_errors(errors),
+        tags=tuple(tags or ()),
+    )
+
+
+def attempt_errors(text: str | None) -> tuple[AttemptError, ...]:
+    """The ``errors`` column (a JSON array of attempts, oldest first) as AttemptErrors."""
+    if not text:
+        return ()
+    return tuple(
+        AttemptError(
+            attempt=int(item["attempt"]),
+            at=datetime.fromisoformat(item["at"]),
+            error=str(item["error"]),
+            worker_id=item.get("worker_id"),
+        )
+        for item in orjson.loads(text)
     )
 
 
