@@ -361,6 +361,20 @@ class Queue:
         """One job by id, or None."""
         return self.store.job_get(_job_id(job_id))
 
+    def wait(self, job_id: str, *, timeout: Duration | None = None) -> JobSummary:
+        """Block until the job is terminal (SUCCEEDED or FAILED) and return its summary.
+
+        ``timeout``: seconds or a timedelta (None: no limit, 0: look once). Raises
+        ``TimeoutError`` past it, ``LookupError`` when the job does not exist or is deleted
+        (cancelled, pruned, ``delete_on``) while waited for, and ``ValueError`` for a bad id
+        or timeout, before anything else. Woken by the store's completion and cancel hints,
+        with a poll as the fallback; on PostgreSQL every waiting thread of a store shares one
+        listening connection and holds no pooled connection while it waits.
+        """
+        job = _job_id(job_id)
+        seconds = None if timeout is None else to_seconds(timeout, "timeout")
+        return self.store.job_wait(job, seconds)
+
     def find_for_scope(self, scope: ScopeLike) -> list[JobSummary]:
         """Every job of ``scope`` (newest first)."""
         scope_v = _required_scope(scope)

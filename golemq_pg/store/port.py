@@ -28,6 +28,22 @@ LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
 #: How many failed attempts a job's history keeps (``JobSummary.errors``), newest kept.
 HISTORY_LIMIT = 20
 
+#: The statuses ``job_wait`` returns on: a job in one of them has finished.
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
+
+
+def wait_missing(job_id: str) -> LookupError:
+    """What ``job_wait`` raises for a job that does not exist or was deleted while waited for
+    (the same text from both stores)."""
+    return LookupError(
+        f"job {job_id} does not exist (never added, or cancelled, pruned or deleted)"
+    )
+
+
+def wait_timed_out(job_id: str, timeout: float) -> TimeoutError:
+    """What ``job_wait`` raises when ``timeout`` seconds pass before the job finishes."""
+    return TimeoutError(f"job {job_id} did not finish within {timeout:g} seconds")
+
 
 @dataclass(frozen=True, slots=True)
 class EnqueueParams:
@@ -258,9 +274,10 @@ NextTick = Callable[[DueSchedule, datetime], datetime | None]
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """A wake-up hint: ``kind`` is "jobs" (payload: type names) or "cancel" (job ids)."""
+    """A wake-up hint: ``kind`` is "jobs" (payload: type names), "cancel" (job ids) or
+    "done" (ids of jobs that became terminal or were deleted; none: any job)."""
 
-    kind: Literal["jobs", "cancel", "reconnected"]
+    kind: Literal["jobs", "cancel", "done", "reconnected"]
     items: tuple[str, ...]
 
 
@@ -319,6 +336,16 @@ class JobStore(Protocol):
 
     def job_find(self, params: FindParams) -> list[JobSummary]:
         """Jobs matching the filters, newest first."""
+
+    def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
+        """Block until the job is terminal (SUCCEEDED or FAILED) and return its summary.
+
+        ``timeout``: seconds (None: no limit; 0: look once). Raises :func:`wait_timed_out`'s
+        ``TimeoutError`` past it, and :func:`wait_missing`'s ``LookupError`` when the job
+        does not exist or is deleted (cancelled, pruned, deleted on completion) while waited
+        for. Woken by the store's own change signals, never a busy loop; on PostgreSQL every
+        waiting thread of a store shares one LISTEN connection and holds no pooled one.
+        """
 
     def job_count_by_status(self) -> dict[JobStatus, int]:
         """Counts of every status (0 when none)."""

@@ -115,6 +115,14 @@ SELECT {fragment_summary_columns}
  WHERE j.id = %(id)s::bigint
 
 
+-- name: job_get_many
+-- The jobs among these ids that exist (any order): queue.wait()'s listener checks every
+-- waited job with this one statement, a missing id meaning the job was deleted.
+SELECT {fragment_summary_columns}
+  FROM {schema}.jobs j
+ WHERE j.id = ANY(%(ids)s::bigint[])
+
+
 -- name: job_find
 -- Newest first (ids are monotonic). NULL filters are no filters.
 SELECT {fragment_summary_columns}

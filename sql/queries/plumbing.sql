@@ -10,6 +10,11 @@ SELECT now()
 SELECT {schema}.channel_name('jobs'), {schema}.channel_name('cancel')
 
 
+-- name: channel_done
+-- The completion hint's channel (notify_jobs_done() in 0002), for queue.wait()'s listener.
+SELECT {schema}.channel_name('done')
+
+
 -- name: template_listen
 -- The worker's LISTEN connection, once per channel after each (re)connect. The channel is an
 -- identifier (composed with psycopg.sql.Identifier by the listener), not a parameter.
@@ -18,3 +23,9 @@ LISTEN {channel}
 
 -- name: notify
 SELECT pg_notify(%(channel)s::text, %(payload)s::text)
+
+
+-- name: notify_jobs_done
+-- The completion hint for jobs a statement deleted (a cancel): waiters on them raise at once
+-- instead of at their next poll. One NOTIFY, sent when the transaction commits.
+SELECT {schema}.notify_jobs_done(%(ids)s::bigint[])

@@ -7,7 +7,7 @@ Private to :mod:`golemq_pg.store.memory`. The fields mirror the columns of
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -191,6 +191,10 @@ class JobTable:
     """
 
     def __init__(self) -> None:
+        #: Called (with the store's lock held) whenever a row finishes or is deleted: the
+        #: store wakes its ``job_wait`` callers with it. Hooked here, where rows change, so
+        #: that no verb finishing or deleting a row can forget it.
+        self.on_done: Callable[[], None] = _nothing
         self.rows: dict[int, JobRow] = {}
         self.pending: dict[int, JobRow] = {}
         self.running: dict[int, JobRow] = {}
@@ -224,6 +228,7 @@ class JobTable:
         """Remove a row."""
         self._unindex(row)
         del self.rows[row.id]
+        self.on_done()
 
     def finish(self, row: JobRow, status: JobStatus, now: datetime) -> None:
         """RUNNING -> SUCCEEDED / FAILED: the lease is cleared."""
@@ -231,6 +236,7 @@ class JobTable:
         self.set_status(row, status)
         row.finished_at = now
         row.updated_at = now
+        self.on_done()
 
     def back_to_pending(self, row: JobRow, run_at: datetime, now: datetime) -> None:
         """RUNNING -> PENDING at ``run_at``: the lease is cleared.
@@ -271,6 +277,10 @@ class JobTable:
                 self.pending_keys.pop((row.type, row.dedupe_key), None)
         elif row.status is JobStatus.RUNNING:
             self.running.pop(row.id, None)
+
+
+def _nothing() -> None:
+    """The default ``JobTable.on_done``: nobody to tell."""
 
 
 def _clear_lease(row: JobRow) -> None:

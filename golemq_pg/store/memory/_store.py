@@ -31,6 +31,7 @@ from golemq_pg.store.memory._rows import (
     page,
 )
 from golemq_pg.store.memory._schedules import ScheduleBook
+from golemq_pg.store.memory._waiting import wait_for_job
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
@@ -76,7 +77,10 @@ class InMemoryStore:
         self._rate_window = float(rate_window)
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
+        # job_wait callers: woken whenever a row finishes or is deleted (see _waiting).
+        self._done = threading.Condition(self._lock)
         self._jobs = JobTable()
+        self._jobs.on_done = self._done.notify_all
         self._budgets: dict[str, RateBudget] = {}
         self._schedules = ScheduleBook()
         self._listeners: list[MemoryListener] = []
@@ -354,6 +358,11 @@ class InMemoryStore:
         with self._lock:
             rows = sorted(matching(self._jobs.rows.values(), params), key=lambda r: -r.id)
             return [row.summary() for row in page(rows, params)]
+
+    def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
+        """Block until the job is terminal and return it; ``LookupError`` when it does not
+        exist or is deleted meanwhile, ``TimeoutError`` past ``timeout`` seconds."""
+        return wait_for_job(self._jobs, self._done, job_id, timeout)
 
     def job_count_by_status(self) -> dict[JobStatus, int]:
         """Counts of every status (0 when none)."""

@@ -6,6 +6,8 @@ for row locks only briefly; when that runs out, it announces the selector's lock
 the cancel channel (and to this process's workers), so their workers abort the handlers and
 end their transactions, and runs again, waiting for real. Pending-only cancels skip locked
 rows instead: those are running work. The statements are in ``sql/queries/cancel.sql``.
+Every cancel that deleted rows also sends the completion hint (``notify_jobs_done``), which
+wakes ``queue.wait`` callers.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ class CancelVerbs(StoreConnections):
                     for chunk in rows.json_array_chunks(running):
                         conn.execute(
                             self._q["notify"], {"channel": cancel_channel, "payload": chunk}
+                        )
+                    if deleted:
+                        # The completion hint too: queue.wait() callers on these jobs (pending
+                        # ones included, which the cancel channel does not name) raise now.
+                        conn.execute(
+                            self._q["notify_jobs_done"], {"ids": [int(j.id) for j in deleted]}
                         )
                 break
             except pg_errors.LockNotAvailable:

@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 
 from golemq_pg.store.postgres._claim import Claimer
 from golemq_pg.store.postgres._sql import Queries, queries_for
+from golemq_pg.store.postgres._waiters import JobWaiters
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
@@ -97,7 +98,9 @@ def open_pool(
 class Shared:
     """State shared by a store and the connection-bound stores derived from it."""
 
-    __slots__ = ("channels", "claimer", "dsn", "owns_pool", "pool", "queries", "schema")
+    __slots__ = (
+        "channels", "claimer", "dsn", "owns_pool", "pool", "queries", "schema", "waiters"
+    )
 
     def __init__(
         self,
@@ -114,6 +117,8 @@ class Shared:
         self.queries: Queries = queries_for(schema)
         self.claimer = Claimer(self.queries, schema, rate_window)
         self.channels: tuple[str, str] | None = None
+        # queue.wait(): no thread or connection until the first wait.
+        self.waiters = JobWaiters(pool, self.queries, lambda: self.dsn)
 
 
 class StoreConnections:

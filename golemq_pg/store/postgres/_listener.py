@@ -1,4 +1,5 @@
-"""The LISTEN side of the wake-up hints: one dedicated connection per worker.
+"""The LISTEN side of the wake-up hints: one dedicated connection per worker (and one per
+store for ``queue.wait``, see ``_waiters``).
 
 The connection lives outside the pool (it holds session state: its LISTENs) and in
 autocommit mode. Losing it is never fatal: ``wait`` logs the error (never a payload),
@@ -25,7 +26,7 @@ from golemq_pg.store.postgres._sql import listen_statement
 
 log = structlog.get_logger("golemq_pg.store.listener")
 
-Kind = Literal["jobs", "cancel"]
+Kind = Literal["jobs", "cancel", "done"]
 
 MIN_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
@@ -35,7 +36,8 @@ def parse_notification(kind: Kind, payload: str) -> Notification:
     """Turn a NOTIFY payload into a :class:`Notification`.
 
     ``jobs`` payloads are a JSON array of type names; an empty or unreadable payload means
-    "any type" (empty tuple). ``cancel`` payloads are a JSON array of job ids.
+    "any type" (empty tuple). ``cancel`` payloads are a JSON array of job ids; ``done``
+    payloads too (jobs that became terminal or were deleted), empty meaning "any job".
     """
     try:
         decoded = orjson.loads(payload) if payload else []
@@ -48,7 +50,8 @@ def parse_notification(kind: Kind, payload: str) -> Notification:
 
 
 class PgListener:
-    """LISTENs on the queue's ``jobs`` and ``cancel`` channels; see the module docstring."""
+    """LISTENs on some of the queue's channels (``jobs``, ``cancel``, ``done``); see the
+    module docstring."""
 
     def __init__(
         self,

@@ -152,9 +152,12 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
             return _migrate(conn, self.schema)
 
     def close(self) -> None:
-        """Close the pool when this store owns it (a bound store closes nothing)."""
-        if self._bound is None and self._shared.owns_pool:
-            self._shared.pool.close()
+        """Close the pool when this store owns it (a bound store closes nothing); waits
+        in progress end (``RuntimeError``) and the waiters' LISTEN connection closes."""
+        if self._bound is None:
+            self._shared.waiters.close()
+            if self._shared.owns_pool:
+                self._shared.pool.close()
 
     def __enter__(self) -> Self:
         return self
@@ -378,6 +381,15 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
             return None
         found = self._fetch("job_get", {"id": number})
         return rows.summary(found[0]) if found else None
+
+    def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
+        """Block until the job is terminal and return it; ``LookupError`` when it does not
+        exist or is deleted meanwhile, ``TimeoutError`` past ``timeout`` seconds.
+
+        Every waiting thread shares the store's one LISTEN connection and holds no pooled
+        connection while it waits (see ``_waiters``).
+        """
+        return self._shared.waiters.wait(job_id, timeout)
 
     def job_find(self, params: FindParams) -> list[JobSummary]:
         """Jobs matching the filters, newest first."""
