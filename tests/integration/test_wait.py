@@ -392,6 +392,19 @@ def test_the_listener_stops_when_nobody_waits_and_restarts_for_the_next_waiter(
                    what="the listening connection closed")
 
 
+def test_waits_that_need_not_sleep_open_no_listening_connection(
+    pg_dsn: str, schema: str, app_store: PostgresStore
+) -> None:
+    queue = Queue(app_store)
+    job_id = add_job(queue, "t", {})
+    _finish_by_hand(pg_dsn, schema, job_id)
+    assert queue.wait(job_id).status is JobStatus.SUCCEEDED
+    with pytest.raises(LookupError):
+        queue.wait("424242")
+    assert not app_store._shared.waiters.listening
+    assert _listening(pg_dsn, _app(app_store)) == 0
+
+
 def test_close_ends_waits_in_progress_and_leaves_no_connection(
     pg_dsn: str, app_store: PostgresStore
 ) -> None:

@@ -3,9 +3,9 @@
 A waiter registers its job id with the store's :class:`JobWaiters`, looks at the job once
 (one pooled statement, the connection returned at once: a finished job returns, an unknown
 one raises) and then sleeps on its own event, holding no connection at all. One background
-thread per store, started by the first waiter and gone :data:`LINGER` seconds after the last
-one left, owns a dedicated LISTEN connection outside the pool (a :class:`PgListener`, with
-its reconnect and backoff) on two channels:
+thread per store, started by the first waiter that has to sleep and gone :data:`LINGER`
+seconds after the last one left, owns a dedicated LISTEN connection outside the pool (a
+:class:`PgListener`, with its reconnect and backoff) on two channels:
 
 * ``done``: after each completing statement, the ids of the jobs that became terminal or
   were deleted (``notify_jobs_done()`` in migration 0002; a cancel sends it too); an empty
@@ -16,8 +16,9 @@ On a hint the thread checks the hinted ids someone waits for with ONE statement
 (``job_get_many``, on a pooled connection held for that statement only) and wakes the waiters
 whose job is terminal (they return its summary) or gone (``LookupError``). Correctness never
 depends on a hint: every waited id is checked again every :data:`POLL_INTERVAL` seconds (one
-statement for all of them), after each reconnect and on an empty hint, so a lost
-notification or a listener outage only delays a wake-up.
+statement for all of them), after each reconnect, on an empty hint, and when the thread
+starts (what finished between a waiter's first look and the LISTEN), so a lost notification
+or a listener outage only delays a wake-up. Hints that arrive together get one check.
 
 A check concludes "gone" only for waiters registered before its statement was sent (a
 sequence number): its snapshot may predate the job of a waiter registered later.
@@ -57,12 +58,14 @@ LINGER = 2.0
 RETRY_SECONDS = 1.0
 #: How long ``close`` waits for the listener thread to close its connection.
 JOIN_SECONDS = 5.0
+#: At most this many further reads of hints already received before one check answers them.
+_BURST = 100
 
 
 class _Waiter:
     """One thread waiting for one job: set once, by a check or by ``close``."""
 
-    __slots__ = ("closed", "event", "job_id", "seq", "summary")
+    __slots__ = ("closed", "event", "job_id", "seq", "sleeping", "summary")
 
     def __init__(self, job_id: int, seq: int) -> None:
         self.job_id = job_id
@@ -70,6 +73,7 @@ class _Waiter:
         self.event = threading.Event()
         self.summary: JobSummary | None = None  # None when set: the job is gone
         self.closed = False
+        self.sleeping = False  # past its first look, blocked on the event
 
 
 class JobWaiters:
@@ -109,12 +113,14 @@ class JobWaiters:
         deadline = None if timeout is None else time.monotonic() + timeout
         waiter = self._register(number)
         try:
-            # Registered first: whatever finishes after this look is hinted or polled.
+            # Registered first: whatever finishes after this look is hinted, or found by the
+            # listener thread's first check (it starts after this look) or by a poll.
             found = self.fetch([number])
             if not found:
                 raise wait_missing(job_id)
             if found[0].status in TERMINAL_STATUSES:
                 return found[0]
+            self._sleep(waiter)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if not waiter.event.wait(remaining):
                 raise wait_timed_out(job_id, timeout or 0.0)
@@ -133,11 +139,17 @@ class JobWaiters:
             self._seq += 1
             waiter = _Waiter(job_id, self._seq)
             self._waiting.setdefault(job_id, set()).add(waiter)
-            if self._thread is None:
+            return waiter
+
+    def _sleep(self, waiter: _Waiter) -> None:
+        """The waiter is about to block: make sure the listener thread runs (a wait for a
+        job already finished never opens the LISTEN connection)."""
+        with self._lock:
+            waiter.sleeping = True
+            if self._thread is None and not self._closed:
                 thread = threading.Thread(target=self._run, name="golemq-waiters", daemon=True)
                 self._thread = thread
                 thread.start()
-            return waiter
 
     def _unregister(self, waiter: _Waiter) -> None:
         with self._lock:
@@ -156,9 +168,10 @@ class JobWaiters:
 
     @property
     def waiting(self) -> int:
-        """How many threads wait right now (for tests and diagnostics)."""
+        """How many threads are blocked waiting right now, past their first look at their job
+        (for tests and diagnostics)."""
         with self._lock:
-            return sum(len(group) for group in self._waiting.values())
+            return sum(w.sleeping for group in self._waiting.values() for w in group)
 
     @property
     def listening(self) -> bool:
@@ -251,6 +264,8 @@ class JobWaiters:
                 if idle_since is not None:
                     timeout = min(POLL_INTERVAL, max(LINGER - (now - idle_since), 0.0))
                 notes = listener.wait(timeout) if timeout > 0 else []
+                if notes:
+                    notes += _more(listener)
                 full, hinted = _hinted(notes)
                 if full or time.monotonic() >= next_poll:
                     self._check(None)
@@ -294,6 +309,18 @@ class JobWaiters:
         # Rate-limited: an outage means one attempt per poll, not one line each.
         if self._failures == 1 or self._failures % 20 == 0:
             log.warning(event, error=type(exc).__name__, failures=self._failures)
+
+
+def _more(listener: PgListener) -> list[Notification]:
+    """The hints already received after the first one (a burst of completions), so that one
+    check answers them all; bounded, so a flood cannot hold the checks back."""
+    found: list[Notification] = []
+    for _ in range(_BURST):
+        arrived = listener.wait(0)
+        if not arrived:
+            break
+        found += arrived
+    return found
 
 
 def _hinted(notes: Iterable[Notification]) -> tuple[bool, set[int]]:
