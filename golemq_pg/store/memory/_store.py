@@ -31,6 +31,7 @@ from golemq_pg.store.memory._rows import (
     page,
 )
 from golemq_pg.store.memory._schedules import ScheduleBook
+from golemq_pg.store.memory._workers import RegistryVerbs, WorkerBook
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
@@ -60,7 +61,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class InMemoryStore:
+class InMemoryStore(RegistryVerbs):
     """The storage port kept in process memory, thread-safe, with the same guards.
 
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``
@@ -79,6 +80,7 @@ class InMemoryStore:
         self._jobs = JobTable()
         self._budgets: dict[str, RateBudget] = {}
         self._schedules = ScheduleBook()
+        self._workers = WorkerBook()
         self._listeners: list[MemoryListener] = []
 
     def __repr__(self) -> str:
@@ -138,6 +140,7 @@ class InMemoryStore:
                     waiting.payload = params.payload
                     waiting.scope = params.scope
                     waiting.priority = params.priority
+                    waiting.tags = params.tags or ()  # replaced with the payload
                     waiting.updated_at = now
                     return EnqueueResult(id=str(waiting.id), inserted=False, replaced=True)
                 if params.on_duplicate == "reject" and self._jobs.running_with_key(
@@ -154,6 +157,7 @@ class InMemoryStore:
                 key,
                 now,
             )
+            row.tags = params.tags or ()
             self._jobs.insert(row)
             self._announce_due([row], now)
             return EnqueueResult(id=str(row.id), inserted=True)
@@ -177,7 +181,9 @@ class InMemoryStore:
                 )
                 for payload in params.payloads
             ]
+            tags = params.tags or ()
             for row in rows:
+                row.tags = tags
                 self._jobs.insert(row)
             self._announce_due(rows, now)
             return len(rows)
@@ -348,6 +354,12 @@ class InMemoryStore:
         with self._lock:
             row = self._jobs.get(job_id)
             return None if row is None else row.summary()
+
+    def job_payload(self, job_id: str) -> bytes | None:
+        """One job's payload as its JSON encoding, or None when the job does not exist."""
+        with self._lock:
+            row = self._jobs.get(job_id)
+            return None if row is None else bytes(row.payload)
 
     def job_find(self, params: FindParams) -> list[JobSummary]:
         """Jobs matching the filters, newest (highest id) first."""
