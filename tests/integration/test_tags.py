@@ -19,7 +19,8 @@ def test_add_and_add_many_tags_round_trip_and_find_by_containment(store: Any) ->
     dup = queue.add("invoice", {"n": 2}, tags=["billing", "billing"])
     assert queue.add_many("invoice", [{"n": i} for i in range(3)], tags=("eu", "bulk")) == 3
     queue.add("invoice", {"n": 9})
-    assert both is not None and dup is not None
+    assert both is not None
+    assert dup is not None
     job = queue.get(both)
     assert job is not None
     assert job.tags == ("billing", "eu")
