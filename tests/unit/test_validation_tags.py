@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from golemq_pg import JobStatus
+from golemq_pg import InMemoryStore, JobStatus, QueueConfigError, Retention, Worker
 from golemq_pg._validation import (
     MAX_TAG_LENGTH,
     MAX_TAGS,
@@ -87,3 +87,12 @@ def test_a_list_of_statuses_collapses_duplicates() -> None:
     assert check_statuses(["FAILED", "failed", JobStatus.SUCCEEDED]) == [
         JobStatus.FAILED, JobStatus.SUCCEEDED]
     assert check_statuses("Pending") == [JobStatus.PENDING]
+
+
+def test_retention_statuses_are_case_insensitive() -> None:
+    worker = Worker(InMemoryStore(), retention=Retention(older_than=60,
+                                                         statuses=("FAILED", "Succeeded")))
+    assert worker.config.retention is not None
+    assert worker.config.retention.statuses == (JobStatus.FAILED, JobStatus.SUCCEEDED)
+    with pytest.raises(QueueConfigError, match="pending, running, succeeded, failed"):
+        Worker(InMemoryStore(), retention=Retention(older_than=60, statuses=("done",)))
