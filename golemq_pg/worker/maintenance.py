@@ -166,6 +166,19 @@ class Maintenance(Service):
                 task.next_at = 0.0
         self.kick()
 
+    def deregister(self) -> None:
+        """After a clean stop (this loop stopped): remove the worker's registry row. A failure
+        is logged; the row then reads as lost and is swept an hour later."""
+        runtime = self.runtime
+        remove = getattr(runtime.store, "worker_remove", None)
+        if not callable(remove):
+            return
+        try:
+            remove(runtime.owner)
+        except Exception as exc:  # noqa: BLE001 - the registry must never fail a stop
+            log.warning("worker_deregister_failed", worker_id=runtime.owner,
+                        error_type=type(exc).__name__, error=error_text(exc))
+
     # -- tasks ------------------------------------------------------------------------------
     def heartbeat(self) -> None:
         """Refresh this worker's registry row (and sweep long-lost ones)."""

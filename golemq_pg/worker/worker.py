@@ -408,9 +408,9 @@ class Worker:
             assert parts is not None  # noqa: S101 - set by start
             started = time.monotonic()
             log.info("worker_stopping", worker_id=self.worker_id, grace=grace)
-            for service in parts.services:
-                if isinstance(service, Maintenance):
-                    service.announce_stopping()
+            registry = [svc for svc in parts.services if isinstance(svc, Maintenance)]
+            for maintenance in registry:
+                maintenance.announce_stopping()
             try:
                 shut_down(
                     parts.runtime, claim_loop=parts.claim_loop, pools=parts.pools,
@@ -418,7 +418,8 @@ class Worker:
                     completer=parts.completer, services=parts.services, grace=grace,
                     hurry=self._hurry,
                 )
-                self._deregister()
+                for maintenance in registry:  # a clean stop: the registry row goes
+                    maintenance.deregister()
             finally:
                 if self._unregister is not None:
                     self._unregister()
@@ -427,18 +428,6 @@ class Worker:
                     self._state = "stopped"
             log.info("worker_stopped", worker_id=self.worker_id,
                      seconds=round(time.monotonic() - started, 3))
-
-    def _deregister(self) -> None:
-        """A clean stop: remove this worker's registry row (a failure is logged; the row then
-        reads as lost and is swept later)."""
-        remove = getattr(self.store, "worker_remove", None)
-        if not callable(remove):
-            return
-        try:
-            remove(self.worker_id)
-        except Exception as exc:  # noqa: BLE001 - the registry must never fail a stop
-            log.warning("worker_deregister_failed", worker_id=self.worker_id,
-                        error_type=type(exc).__name__, error=error_text(exc))
 
     def run(self) -> None:
         """Start and block until SIGINT/SIGTERM (or ``stop()`` from another thread), then
