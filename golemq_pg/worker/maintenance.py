@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -79,6 +80,8 @@ SCHEDULE_BATCH = 100
 #: Bounds of the registry heartbeat interval (seconds); see :func:`heartbeat_interval`.
 HEARTBEAT_MIN = 1.0
 HEARTBEAT_MAX = 10.0
+#: The longest a stop waits for its registry row's removal (seconds).
+DEREGISTER_WAIT = 2.0
 
 
 def heartbeat_interval(config: WorkerConfig) -> float:
@@ -167,14 +170,23 @@ class Maintenance(Service):
         self.kick()
 
     def deregister(self) -> None:
-        """After a clean stop (this loop stopped): remove the worker's registry row. A failure
-        is logged; the row then reads as lost and is swept an hour later."""
-        runtime = self.runtime
-        remove = getattr(runtime.store, "worker_remove", None)
-        if not callable(remove):
+        """After a clean stop (this loop stopped): remove the worker's registry row, waiting
+        at most ``DEREGISTER_WAIT`` (a database that is down must not hold the stop up for
+        the pool's timeout). A failure is logged; the row then reads as lost and is swept
+        an hour later."""
+        if not callable(getattr(self.runtime.store, "worker_remove", None)):
             return
+        remover = threading.Thread(target=self._remove, name="golemq-deregister", daemon=True)
+        remover.start()
+        remover.join(DEREGISTER_WAIT)
+        if remover.is_alive():
+            log.warning("worker_deregister_slow", worker_id=self.runtime.owner,
+                        waited=DEREGISTER_WAIT)
+
+    def _remove(self) -> None:
+        runtime = self.runtime
         try:
-            remove(runtime.owner)
+            runtime.store.worker_remove(runtime.owner)
         except Exception as exc:  # noqa: BLE001 - the registry must never fail a stop
             log.warning("worker_deregister_failed", worker_id=runtime.owner,
                         error_type=type(exc).__name__, error=error_text(exc))
