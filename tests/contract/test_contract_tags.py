@@ -43,6 +43,7 @@ def test_find_by_tags_is_containment_of_every_listed_tag(store: JobStore) -> Non
     assert found(store, ["nope"]) == []
     assert found(store, ["Billing"]) == []  # tags are case-sensitive
     assert len(found(store, None)) == 4
+    assert len(found(store, [])) == 4  # an empty list filters nothing
 
 
 def test_find_by_tags_combines_with_the_other_filters(store: JobStore) -> None:

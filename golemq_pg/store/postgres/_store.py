@@ -390,7 +390,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs):
         args["statuses"] = (
             None if params.statuses is None else [JobStatus(s).value for s in params.statuses]
         )
-        if params.tags is not None:
+        if params.tags:  # an empty list filters nothing, as on the in-memory store
             args["tags"] = list(params.tags)
             return [rows.summary(r) for r in self._fetch("job_find_tagged", args)]
         return [rows.summary(r) for r in self._fetch("job_find", args)]
