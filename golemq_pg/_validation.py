@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
-from golemq_pg._types import Scope
+from golemq_pg._types import JobStatus, Scope
 from golemq_pg.errors import QueuePayloadError
 
 MAX_NAME_LENGTH = 255
@@ -22,6 +22,11 @@ MAX_DEPTH = 200
 #: Durations beyond this (about 100 years) are rejected as a mistake, and keep intervals in range.
 MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: Tags: at most this many per job, each 1-64 characters of ``[A-Za-z0-9_.:-]``.
+MAX_TAGS = 16
+MAX_TAG_LENGTH = 64
+_TAG_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_ALLOWED_STATUSES = ", ".join(s.value for s in JobStatus)
 
 
 def check_schema(schema: object) -> str:
@@ -95,6 +100,51 @@ def check_aware(value: object, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware")
     return value
+
+
+def check_tags(tags: object, what: str = "tags") -> tuple[str, ...] | None:
+    """Validate job tags: None or an iterable of at most 16 tags, each 1-64 characters of
+    ``[A-Za-z0-9_.:-]`` (case kept). Duplicates collapse (first occurrence kept, order
+    otherwise kept); an empty iterable means no tags (None). A single string is refused
+    (it would be read as one tag per character)."""
+    if tags is None:
+        return None
+    if isinstance(tags, str | bytes) or not isinstance(tags, Iterable):
+        raise ValueError(f"{what} must be a list or tuple of strings, not a single value")
+    out: dict[str, None] = {}
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise ValueError(f"{what}: every tag must be a string, got {type(tag).__name__}")
+        if not _TAG_RE.fullmatch(tag):
+            raise ValueError(
+                f"{what}: a tag must be 1-{MAX_TAG_LENGTH} characters of [A-Za-z0-9_.:-]"
+            )
+        out[tag] = None
+        if len(out) > MAX_TAGS:
+            raise ValueError(f"{what}: at most {MAX_TAGS} tags")
+    return tuple(out) or None
+
+
+def check_status(status: object) -> JobStatus:
+    """A job status given as a :class:`JobStatus` or its name in any case ("FAILED")."""
+    if isinstance(status, JobStatus):
+        return status
+    if isinstance(status, str):
+        try:
+            return JobStatus(status.strip().lower())
+        except ValueError:
+            pass
+    shown = repr(status) if isinstance(status, str) and len(status) <= 40 else "value"
+    raise ValueError(f"unknown job status {shown}: use one of {_ALLOWED_STATUSES}")
+
+
+def check_statuses(statuses: object) -> list[JobStatus]:
+    """A status or a sequence of them (see :func:`check_status`), duplicates collapsed."""
+    if isinstance(statuses, str):
+        statuses = [statuses]
+    if not isinstance(statuses, Sequence | set | frozenset | tuple):
+        raise ValueError(f"statuses must be a list of job statuses ({_ALLOWED_STATUSES})")
+    return list(dict.fromkeys(check_status(s) for s in statuses))
 
 
 def encode_payload(job_type: str, payload: object) -> bytes:

@@ -3,7 +3,8 @@
 Every command takes ``--dsn`` (else ``$GOLEMQ_DSN``, else the embedded PostgreSQL) and
 ``--schema``. Bad input gets one line on stderr and exit code 2; a runtime failure (the
 database is unreachable, the schema is not migrated) gets one line and exit code 1. No
-command prints a payload or a traceback (set ``GOLEMQ_DEBUG=1`` to see tracebacks).
+command prints a payload (except ``show ID --payload``, which asks for one) or a traceback
+(set ``GOLEMQ_DEBUG=1`` to see tracebacks).
 """
 
 from __future__ import annotations
@@ -391,8 +392,9 @@ def retry_failed(job_type: str | None, limit: int | None) -> None:
 @db_options
 @click.option("--older-than", type=DURATION, required=True,
               help="Age of finished_at: 30s, 15m, 12h, 7d, 2w.")
-@click.option("--status", "statuses", multiple=True, type=click.Choice(["succeeded", "failed"]),
-              help="Repeatable; default both.")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["succeeded", "failed"], case_sensitive=False),
+              help="Repeatable, any case; default both.")
 def prune(older_than: float, statuses: tuple[str, ...]) -> None:
     """Delete finished jobs (succeeded and failed by default) older than a duration."""
     ctx = click.get_current_context()
@@ -402,6 +404,58 @@ def prune(older_than: float, statuses: tuple[str, ...]) -> None:
     with open_store(ctx) as store:
         count = Queue(store).prune(older_than=older_than, statuses=chosen)
     click.echo(f"{count} job(s) pruned")
+
+
+@cli.command("workers")
+@db_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+def workers_cmd(as_json: bool) -> None:
+    """List registered workers: id, host, pid, state (running, stopping, lost), running
+    jobs, handlers and how long ago each was last seen."""
+    ctx = click.get_current_context()
+    from golemq_pg import Queue  # noqa: PLC0415
+    from golemq_pg._cli_views import render_workers, worker_row  # noqa: PLC0415
+
+    with open_store(ctx) as store:
+        found = Queue(store).workers()
+        now = store.now()
+    rows = [worker_row(w, now) for w in found]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, sort_keys=True))
+        return
+    from rich.console import Console  # noqa: PLC0415
+
+    Console().print(render_workers(rows))
+
+
+@cli.command("show")
+@db_options
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--payload", "with_payload", is_flag=True,
+              help="Also print the job's payload (never shown without this flag).")
+def show_cmd(job_id: str, as_json: bool, with_payload: bool) -> None:
+    """One job: its summary, attempt history and result (the payload only with --payload)."""
+    ctx = click.get_current_context()
+    from golemq_pg import Queue  # noqa: PLC0415
+    from golemq_pg._cli_views import job_detail, render_job  # noqa: PLC0415
+
+    if not job_id.isdigit() or len(job_id) > 19:
+        raise click.UsageError("ID must be a job id (digits), as printed by enqueue")
+    with open_store(ctx) as store:
+        job = Queue(store).get(job_id)
+        payload_text = store.job_payload(job_id) if job is not None and with_payload else None
+    if job is None:
+        raise CliError(f"job {job_id} not found")
+    payload = None if payload_text is None else json.loads(payload_text)
+    detail = job_detail(job, payload, with_payload=with_payload)
+    if as_json:
+        click.echo(json.dumps(detail, sort_keys=True))
+        return
+    from rich.console import Console  # noqa: PLC0415
+
+    Console().print(render_job(detail))
 
 
 # -- worker --------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Every argument is validated before any SQL is issued; bad input raises ``ValueEr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
@@ -24,6 +25,7 @@ from golemq_pg._types import (
     Scope,
     ScopeLike,
     Transition,
+    WorkerSummary,
     type_name,
 )
 from golemq_pg._validation import (
@@ -32,6 +34,8 @@ from golemq_pg._validation import (
     check_name,
     check_positive_int,
     check_scope,
+    check_statuses,
+    check_tags,
     encode_payload,
     encode_payloads,
     to_seconds,
@@ -102,6 +106,7 @@ class Queue:
         delay: Duration | None = ...,
         max_attempts: int | None = ...,
         priority: int = ...,
+        tags: Iterable[str] | None = ...,
         connection: Any = ...,
     ) -> str | None: ...
 
@@ -118,6 +123,7 @@ class Queue:
         delay: Duration | None = ...,
         max_attempts: int | None = ...,
         priority: int = ...,
+        tags: Iterable[str] | None = ...,
         connection: Any = ...,
     ) -> str | None: ...
 
@@ -133,12 +139,15 @@ class Queue:
         delay: Duration | None = None,
         max_attempts: int | None = None,
         priority: int = 0,
+        tags: Iterable[str] | None = None,
         connection: Any = None,
     ) -> str | None:
         """Enqueue one job; returns its id, or None when rejected as a duplicate.
 
         With ``connection`` (a psycopg connection) the row is written inside the caller's
-        transaction and becomes visible when the caller commits.
+        transaction and becomes visible when the caller commits. ``tags``: at most 16 labels
+        for :meth:`find` (duplicates collapse); a replacing add replaces them with the
+        payload.
         """
         name = self._type(job_type)
         scope_v = check_scope(scope)
@@ -151,6 +160,7 @@ class Queue:
         run_at_v, delay_s = _when(run_at, delay)
         attempts = self._max_attempts(max_attempts)
         prio = check_int(priority, "priority")
+        tags_v = check_tags(tags)
         encoded = encode_payload(name, payload)
         result = self.store.job_enqueue(
             EnqueueParams(
@@ -163,6 +173,7 @@ class Queue:
                 delay=delay_s,
                 max_attempts=attempts,
                 priority=prio,
+                tags=tags_v,
             ),
             connection=connection,
         )
@@ -181,6 +192,7 @@ class Queue:
         priority: int = ...,
         run_at: datetime | None = ...,
         delay: Duration | None = ...,
+        tags: Iterable[str] | None = ...,
         connection: Any = ...,
     ) -> int: ...
 
@@ -195,6 +207,7 @@ class Queue:
         priority: int = ...,
         run_at: datetime | None = ...,
         delay: Duration | None = ...,
+        tags: Iterable[str] | None = ...,
         connection: Any = ...,
     ) -> int: ...
 
@@ -208,11 +221,13 @@ class Queue:
         priority: int = 0,
         run_at: datetime | None = None,
         delay: Duration | None = None,
+        tags: Iterable[str] | None = None,
         connection: Any = None,
     ) -> int:
         """Enqueue many jobs of one type in one round trip (COPY); returns how many.
 
-        Every payload is validated first: one bad payload rejects the whole call.
+        Every payload is validated first: one bad payload rejects the whole call. ``tags``
+        (as for :meth:`add`) go on every job.
         """
         name = self._type(job_type)
         scope_v = check_scope(scope)
@@ -223,6 +238,7 @@ class Queue:
         run_at_v, delay_s = _when(run_at, delay)
         attempts = self._max_attempts(max_attempts)
         prio = check_int(priority, "priority")
+        tags_v = check_tags(tags)
         encoded = encode_payloads(name, payloads)
         if not encoded:
             return 0
@@ -235,6 +251,7 @@ class Queue:
                 delay=delay_s,
                 max_attempts=attempts,
                 priority=prio,
+                tags=tags_v,
             ),
             connection=connection,
         )
@@ -391,10 +408,20 @@ class Queue:
         scope_id: str | None = None,
         limit: int = 100,
         skip: int = 0,
+        tags: Iterable[str] | None = None,
     ) -> list[JobSummary]:
-        """Jobs matching every given filter, newest first."""
+        """Jobs matching every given filter, newest first; with ``tags``, only jobs carrying
+        every listed tag. Statuses are accepted in any case ("FAILED", "failed")."""
         params = _find_params(types, statuses, scope_type, scope_id, limit, skip, need_limit=True)
+        tags_v = check_tags(tags)
+        if tags_v is not None:
+            params = dataclasses.replace(params, tags=tags_v)
         return self.store.job_find(params)
+
+    def workers(self) -> list[WorkerSummary]:
+        """Every registered worker (running, stopping, or lost: no heartbeat for three of its
+        intervals), by id. A cleanly stopped worker is not listed."""
+        return self.store.worker_list()
 
     def count_by_status(self) -> dict[JobStatus, int]:
         """How many jobs are in each status (every status present)."""
@@ -490,15 +517,7 @@ def _job_id(job_id: object) -> str:
 def _statuses(statuses: Sequence[JobStatus | str] | None) -> list[JobStatus]:
     if statuses is None:
         return []
-    if isinstance(statuses, str):
-        statuses = [statuses]
-    out: list[JobStatus] = []
-    for status in statuses:
-        try:
-            out.append(JobStatus(status))
-        except ValueError as exc:
-            raise ValueError(f"unknown job status {status!r}") from exc
-    return out
+    return check_statuses(statuses)
 
 
 def _find_params(

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from golemq_pg._types import JobStatus, JobSummary, Resource, ScheduleSummary, Scope
+from golemq_pg._types import (
+    JobStatus,
+    JobSummary,
+    Resource,
+    ScheduleSummary,
+    Scope,
+    WorkerSummary,
+)
 
 # -- texts every store writes alike ----------------------------------------------------------
 # The reaper stores these as a recovered job's ``last_error`` (both stores: PostgresStore
@@ -58,6 +65,7 @@ class EnqueueParams:
     delay: float = 0.0  # seconds from the database clock's now()
     max_attempts: int = 3
     priority: int = 0
+    tags: tuple[str, ...] | None = None  # validated; None: no tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,7 @@ class EnqueueManyParams:
     delay: float = 0.0
     max_attempts: int = 3
     priority: int = 0
+    tags: tuple[str, ...] | None = None  # the same tags on every job; None: no tags
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +245,27 @@ class FindParams:
     scope_id: str | None = None
     limit: int | None = 100
     skip: int = 0
+    #: Jobs carrying every one of these tags (``job_find`` only); None: no tag filter.
+    tags: Sequence[str] | None = None
+
+
+#: A registered worker is "lost" once its heartbeat is older than this many of its intervals.
+LOST_AFTER_BEATS = 3
+#: Rows of lost workers whose last heartbeat is older than this (seconds) are swept.
+LOST_SWEEP_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    """One worker's registry row as it writes it: at start, then every heartbeat."""
+
+    worker_id: str
+    host: str
+    pid: int
+    handlers: Mapping[str, int]  # type -> concurrency
+    heartbeat_seconds: float
+    running: int = 0  # jobs held (buffered or running)
+    state: Literal["running", "stopping"] = "running"
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +400,22 @@ class JobStore(Protocol):
         limit: int | None = None,
     ) -> int:
         """Delete finished rows older than the cut-off (``before`` or ``age`` seconds)."""
+
+    def job_payload(self, job_id: str) -> bytes | None:
+        """One job's payload as its JSON encoding, or None when the job does not exist."""
+
+    # -- worker registry ----------------------------------------------------------------------
+    def worker_heartbeat(self, beat: WorkerBeat) -> int:
+        """Register or refresh ``beat.worker_id`` (``last_seen_at`` = the store's now; a
+        first beat also sets ``started_at``) and sweep lost workers' rows last seen more than
+        :data:`LOST_SWEEP_SECONDS` ago, in one statement; returns how many were swept."""
+
+    def worker_remove(self, worker_id: str) -> bool:
+        """Drop a worker's row (its clean stop); True when it existed."""
+
+    def worker_list(self) -> list[WorkerSummary]:
+        """Every registered worker, by id; ``state`` is "lost" when its heartbeat is older
+        than :data:`LOST_AFTER_BEATS` of its intervals (the store's clock, at read time)."""
 
     # -- schedules --------------------------------------------------------------------------
     def schedule_upsert(self, params: ScheduleParams) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from golemq_pg._types import JobStatus, LifecycleObserver, Resource, Retention, RetryStrategy
-from golemq_pg._validation import check_name, to_seconds
+from golemq_pg._validation import check_name, check_status, to_seconds
 from golemq_pg.errors import QueueConfigError
 
 #: The most jobs one claim may ask for: bounds one round trip and one buffer refill.
@@ -165,9 +165,9 @@ def check_retention(retention: object) -> RetentionConfig | None:
     statuses: list[JobStatus] = []
     for status in raw:
         try:
-            value = JobStatus(str(status))
-        except ValueError:
-            raise QueueConfigError(f"retention: unknown job status {status!r}") from None
+            value = check_status(status)
+        except ValueError as exc:
+            raise QueueConfigError(f"retention: {exc}") from None
         if value not in PRUNABLE:
             raise QueueConfigError("retention only prunes finished jobs (succeeded, failed)")
         statuses.append(value)

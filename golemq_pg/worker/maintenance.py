@@ -16,12 +16,23 @@
   batches of ``PRUNE_LIMIT``, one short statement each, back to back until the backlog is
   gone, with the other tasks running in between.
 
-Each task fails on its own: an error is logged (rate-limited) and retried next time.
+* **heartbeat** (every :func:`heartbeat_interval`: ``4 * poll_interval`` between 1 s and
+  10 s, so 2 s by default): the worker's row in the registry (``worker_heartbeat``: its
+  handlers, how many jobs it holds, "running" or "stopping"), one small upsert that also
+  sweeps rows of workers lost for over an hour. It runs first, so a started worker is
+  listed at once; :meth:`Maintenance.announce_stopping` runs it again when the stop begins.
+  It is never on the claim/complete path.
+
+Each task fails on its own: an error is logged (rate-limited) and retried next time, so a
+registry (or any) failure never stops the worker.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -31,13 +42,19 @@ import structlog
 
 from golemq_pg._errortext import error_text
 from golemq_pg._schedule import next_tick
-from golemq_pg.store.port import LEASE_EXHAUSTED_ERROR, LEASE_EXPIRED_ERROR, DueSchedule
+from golemq_pg.store.port import (
+    LEASE_EXHAUSTED_ERROR,
+    LEASE_EXPIRED_ERROR,
+    DueSchedule,
+    WorkerBeat,
+)
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import Unit
 
 if TYPE_CHECKING:
+    from golemq_pg.worker.config import WorkerConfig
     from golemq_pg.worker.runtime import Runtime
     from golemq_pg.worker.supervisor import Abort
 
@@ -60,6 +77,18 @@ SCHEDULE_MIN_WAIT = 0.01
 SCHEDULE_MARGIN = 0.005
 #: Most schedules fired in one pass; a full pass runs again at once.
 SCHEDULE_BATCH = 100
+#: Bounds of the registry heartbeat interval (seconds); see :func:`heartbeat_interval`.
+HEARTBEAT_MIN = 1.0
+HEARTBEAT_MAX = 10.0
+#: The longest a stop waits for its registry row's removal (seconds).
+DEREGISTER_WAIT = 2.0
+
+
+def heartbeat_interval(config: WorkerConfig) -> float:
+    """How often a worker refreshes its registry row: ``4 * poll_interval`` kept between
+    1 s and 10 s (2 s with the default poll), so a dead worker reads as lost within a few
+    seconds (three intervals) without a write more often than once a second."""
+    return min(max(4 * config.poll_interval, HEARTBEAT_MIN), HEARTBEAT_MAX)
 
 
 class Task:
@@ -87,7 +116,14 @@ class Maintenance(Service):
         self._abort = abort
         cfg = runtime.config
         poll = cfg.poll_interval
-        self.tasks = [
+        self.heartbeat_seconds = heartbeat_interval(cfg)
+        self._stopping = False
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+        self.tasks: list[Task] = []
+        if callable(getattr(runtime.store, "worker_heartbeat", None)):
+            self.tasks.append(Task("heartbeat", self.heartbeat_seconds, self.heartbeat))
+        self.tasks += [
             Task("reaper", min(max(poll, 0.1), 5.0), self.reap),
             Task("reconcile", max(poll, 0.05), self.reconcile),
             Task("schedules", min(max(poll, 0.1), 1.0), self.fire_schedules),
@@ -125,7 +161,56 @@ class Maintenance(Service):
         next_at = min((task.next_at for task in self.tasks), default=math.inf)
         return max(next_at - time.monotonic(), 0.0)
 
+    def announce_stopping(self) -> None:
+        """The worker's stop began: write "stopping" to the registry at the next step."""
+        self._stopping = True
+        for task in self.tasks:
+            if task.name == "heartbeat":
+                task.next_at = 0.0
+        self.kick()
+
+    def deregister(self) -> None:
+        """After a clean stop (this loop stopped): remove the worker's registry row, waiting
+        at most ``DEREGISTER_WAIT`` (a database that is down must not hold the stop up for
+        the pool's timeout). A failure is logged; the row then reads as lost and is swept
+        an hour later."""
+        if not callable(getattr(self.runtime.store, "worker_remove", None)):
+            return
+        remover = threading.Thread(target=self._remove, name="golemq-deregister", daemon=True)
+        remover.start()
+        remover.join(DEREGISTER_WAIT)
+        if remover.is_alive():
+            log.warning("worker_deregister_slow", worker_id=self.runtime.owner,
+                        waited=DEREGISTER_WAIT)
+
+    def _remove(self) -> None:
+        runtime = self.runtime
+        try:
+            runtime.store.worker_remove(runtime.owner)
+        except Exception as exc:  # noqa: BLE001 - the registry must never fail a stop
+            log.warning("worker_deregister_failed", worker_id=runtime.owner,
+                        error_type=type(exc).__name__, error=error_text(exc))
+
     # -- tasks ------------------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        """Refresh this worker's registry row (and sweep long-lost ones)."""
+        runtime = self.runtime
+        held = sum(len(unit.jobs) for unit in runtime.units() + runtime.tx_units())
+        stopping = self._stopping or runtime.stopping
+        swept = runtime.store.worker_heartbeat(
+            WorkerBeat(
+                worker_id=runtime.owner,
+                host=self._host,
+                pid=self._pid,
+                handlers={spec.type: spec.concurrency for spec in runtime.handlers},
+                heartbeat_seconds=self.heartbeat_seconds,
+                running=held,
+                state="stopping" if stopping else "running",
+            )
+        )
+        if swept:
+            log.info("lost_workers_swept", worker_id=runtime.owner, count=swept)
+
     def reap(self) -> None:
         """Recover expired leases (anyone's); report them to observers."""
         runtime = self.runtime
@@ -222,4 +307,4 @@ class Maintenance(Service):
         return 0.0 if deleted >= limit else None
 
 
-__all__ = ["Maintenance", "Task"]
+__all__ = ["Maintenance", "Task", "heartbeat_interval"]

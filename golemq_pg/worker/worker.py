@@ -408,6 +408,9 @@ class Worker:
             assert parts is not None  # noqa: S101 - set by start
             started = time.monotonic()
             log.info("worker_stopping", worker_id=self.worker_id, grace=grace)
+            registry = [svc for svc in parts.services if isinstance(svc, Maintenance)]
+            for maintenance in registry:
+                maintenance.announce_stopping()
             try:
                 shut_down(
                     parts.runtime, claim_loop=parts.claim_loop, pools=parts.pools,
@@ -415,6 +418,8 @@ class Worker:
                     completer=parts.completer, services=parts.services, grace=grace,
                     hurry=self._hurry,
                 )
+                for maintenance in registry:  # a clean stop: the registry row goes
+                    maintenance.deregister()
             finally:
                 if self._unregister is not None:
                     self._unregister()

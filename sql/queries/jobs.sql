@@ -11,10 +11,11 @@
 -- The plain insert (no dedupe key): one statement, one round trip on an autocommit pool
 -- connection. Ids and timestamps come from server defaults; the due time from the database
 -- clock. The statement-level trigger sends the wake-up hint.
-INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority)
+INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
+                           tags)
 VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s::int, %(priority)s::int)
+        %(max_attempts)s::int, %(priority)s::int, %(tags)s::text[])
 RETURNING id
 
 
@@ -48,10 +49,10 @@ SELECT pg_advisory_xact_lock(hashtextextended(
 --  * Runs after job_enqueue_key_lock; the unique partial index jobs_dedupe_pending_uq still
 --    arbitrates against a replace-mode add or a COPY of the key.
 INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
-                           dedupe_key)
+                           dedupe_key, tags)
 SELECT %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-       %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text
+       %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[]
  WHERE NOT EXISTS (
         SELECT 1 FROM {schema}.jobs r
          WHERE r.type = %(type)s::text AND r.dedupe_key = %(dedupe_key)s::text
@@ -67,17 +68,19 @@ RETURNING id
 -- and created_at, so the same place in line); if the only live holder is RUNNING there is no
 -- conflict and a new PENDING row is inserted. A holder being claimed concurrently makes
 -- PostgreSQL wait for that claim and retry the arbiter check, so it is race-free.
--- (xmax = 0) is true only for a freshly inserted row version.
+-- The tags describe the payload, so they are replaced with it (an add without tags clears
+-- them). (xmax = 0) is true only for a freshly inserted row version.
 INSERT INTO {schema}.jobs AS j (type, payload, scope_type, scope_id, run_at, max_attempts,
-                                priority, dedupe_key)
+                                priority, dedupe_key, tags)
 VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text)
+        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[])
 ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL
 DO UPDATE SET payload    = EXCLUDED.payload,
               scope_type = EXCLUDED.scope_type,
               scope_id   = EXCLUDED.scope_id,
               priority   = EXCLUDED.priority,
+              tags       = EXCLUDED.tags,
               updated_at = now()
 RETURNING j.id, (j.xmax = 0) AS inserted
 
@@ -99,6 +102,19 @@ FROM STDIN
 -- name: job_copy_in_now
 -- As job_copy_in, for jobs due at once: run_at takes its default, now().
 COPY {schema}.jobs (type, payload, scope_type, scope_id, max_attempts, priority)
+FROM STDIN
+
+
+-- name: job_copy_in_tagged
+-- As job_copy_in, with the tags column (an array literal of quoted tags); used only by an
+-- add_many that has tags, so an untagged COPY carries no extra field per row.
+COPY {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority, tags)
+FROM STDIN
+
+
+-- name: job_copy_in_now_tagged
+-- As job_copy_in_now, with the tags column.
+COPY {schema}.jobs (type, payload, scope_type, scope_id, max_attempts, priority, tags)
 FROM STDIN
 
 
@@ -133,6 +149,27 @@ SELECT {fragment_summary_columns}
    AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
  ORDER BY j.id DESC
  LIMIT %(limit)s::bigint OFFSET %(skip)s::bigint
+
+
+-- name: job_find_tagged
+-- job_find with find(tags=[...]): jobs carrying every listed tag. The containment test is
+-- unconditional (not "IS NULL OR"), so even a generic plan can use the partial GIN index
+-- jobs_tags_idx (a strict @> implies tags IS NOT NULL); a separate statement keeps job_find's
+-- plans as they were.
+SELECT {fragment_summary_columns}
+  FROM {schema}.jobs j
+ WHERE j.tags @> %(tags)s::text[]
+   AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
+   AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+   AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
+   AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s::bigint OFFSET %(skip)s::bigint
+
+
+-- name: job_payload
+-- One job's payload (golemq-pg show --payload), as JSON text.
+SELECT j.payload::text FROM {schema}.jobs j WHERE j.id = %(id)s::bigint
 
 
 -- name: job_count_by_status

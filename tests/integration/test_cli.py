@@ -18,25 +18,9 @@ from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue
 from golemq_pg.store.port import FailItem, LeaseRef
+from tests.support.cli import CANARY, assert_clean_failure, run_cli
 from tests.support.store_port import claim, slots
 from tests.support.waiting import wait_until
-
-CANARY = "CANARY-s3cr3t-7f1c"
-
-
-def run_cli(
-    *args: str, dsn: str | None, stdin: str | None = None, env: dict[str, str] | None = None,
-    timeout: float = 60,
-) -> subprocess.CompletedProcess[str]:
-    """Run `python -m golemq_pg.cli ARGS` and capture its output."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("GOLEMQ_DEBUG",)}
-    if dsn is not None:
-        environment["GOLEMQ_DSN"] = dsn
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "golemq_pg.cli", *args], input=stdin, capture_output=True,
-        text=True, env=environment, timeout=timeout, check=False,
-    )
 
 
 def count_jobs(dsn: str, schema: str, status: str | None = None) -> int:
@@ -51,17 +35,6 @@ def count_jobs(dsn: str, schema: str, status: str | None = None) -> int:
         row = conn.execute(query, [status] if status else []).fetchone()
         assert row is not None
         return int(row[0])
-
-
-def assert_clean_failure(result: subprocess.CompletedProcess[str], code: int) -> None:
-    """One line on stderr, the expected exit code, nothing on stdout, no traceback/canary."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert result.stdout == ""
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("golemq-pg: error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    assert CANARY not in result.stderr
 
 
 @pytest.fixture

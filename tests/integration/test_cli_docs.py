@@ -145,7 +145,8 @@ def test_documented_grants_are_enough_for_the_runtime_role(pg_dsn: str, doc_sche
         env = _env(runtime_dsn)
         for args in (["enqueue", "doc.echo", "{}", "--scope", "A:1", "--dedupe-key", "k"],
                      ["enqueue", "doc.echo", "{}", "--delay", "1h"], ["stats"],
-                     ["failed"], ["retry-failed"], ["prune", "--older-than", "0s"]):
+                     ["failed"], ["retry-failed"], ["prune", "--older-than", "0s"],
+                     ["workers"]):
             done = subprocess.run([*cli_cmd, *args], env=env, capture_output=True, text=True,
                                   timeout=60, check=False)
             assert done.returncode == 0, (args, done.stderr)

@@ -289,7 +289,7 @@ def _clear_lease(row: JobRow) -> None:
 
 
 def matching(rows: Iterable[JobRow], params: FindParams) -> list[JobRow]:
-    """The rows that pass ``params``' type, status and scope filters (no paging)."""
+    """The rows that pass ``params``' type, status, scope and tag filters (no paging)."""
     types = None if params.types is None else set(params.types)
     statuses = None if params.statuses is None else {JobStatus(s) for s in params.statuses}
     return [
@@ -302,6 +302,7 @@ def matching(rows: Iterable[JobRow], params: FindParams) -> list[JobRow]:
             or (row.scope is not None and row.scope.type == params.scope_type)
         )
         and (params.scope_id is None or (row.scope is not None and row.scope.id == params.scope_id))
+        and (params.tags is None or set(params.tags).issubset(row.tags))
     ]
 
 

@@ -32,6 +32,7 @@ from golemq_pg.store.memory._rows import (
 )
 from golemq_pg.store.memory._schedules import ScheduleBook
 from golemq_pg.store.memory._waiting import wait_for_job
+from golemq_pg.store.memory._workers import RegistryVerbs, WorkerBook
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
@@ -61,7 +62,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class InMemoryStore:
+class InMemoryStore(RegistryVerbs):
     """The storage port kept in process memory, thread-safe, with the same guards.
 
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``
@@ -83,6 +84,7 @@ class InMemoryStore:
         self._jobs.on_done = self._done.notify_all
         self._budgets: dict[str, RateBudget] = {}
         self._schedules = ScheduleBook()
+        self._workers = WorkerBook()
         self._listeners: list[MemoryListener] = []
 
     def __repr__(self) -> str:
@@ -142,6 +144,7 @@ class InMemoryStore:
                     waiting.payload = params.payload
                     waiting.scope = params.scope
                     waiting.priority = params.priority
+                    waiting.tags = params.tags or ()  # replaced with the payload
                     waiting.updated_at = now
                     return EnqueueResult(id=str(waiting.id), inserted=False, replaced=True)
                 if params.on_duplicate == "reject" and self._jobs.running_with_key(
@@ -158,6 +161,7 @@ class InMemoryStore:
                 key,
                 now,
             )
+            row.tags = params.tags or ()
             self._jobs.insert(row)
             self._announce_due([row], now)
             return EnqueueResult(id=str(row.id), inserted=True)
@@ -181,7 +185,9 @@ class InMemoryStore:
                 )
                 for payload in params.payloads
             ]
+            tags = params.tags or ()
             for row in rows:
+                row.tags = tags
                 self._jobs.insert(row)
             self._announce_due(rows, now)
             return len(rows)
@@ -352,6 +358,12 @@ class InMemoryStore:
         with self._lock:
             row = self._jobs.get(job_id)
             return None if row is None else row.summary()
+
+    def job_payload(self, job_id: str) -> bytes | None:
+        """One job's payload as its JSON encoding, or None when the job does not exist."""
+        with self._lock:
+            row = self._jobs.get(job_id)
+            return None if row is None else bytes(row.payload)
 
     def job_find(self, params: FindParams) -> list[JobSummary]:
         """Jobs matching the filters, newest (highest id) first."""

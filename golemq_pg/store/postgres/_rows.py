@@ -257,6 +257,12 @@ def copy_join(values: Sequence[bytes], separator: bytes) -> bytes:
     return separator.join(values)
 
 
+def copy_tags(tags: Sequence[str]) -> bytes:
+    """The tags column as one COPY text field: an array literal of double-quoted tags (quoted
+    so a tag spelled ``NULL`` stays a string; validated tags need no escaping)."""
+    return ('{"' + '","'.join(tags) + '"}').encode("ascii")
+
+
 def copy_field(value: str | int | None) -> bytes:
     """One COPY text field: ``\\N`` for NULL, escaped UTF-8 otherwise."""
     if value is None:

@@ -51,12 +51,13 @@ from golemq_pg.store.postgres._connections import (
 )
 from golemq_pg.store.postgres._listener import PgListener
 from golemq_pg.store.postgres._migrations import migrate as _migrate
+from golemq_pg.store.postgres._registry import RegistryVerbs
 from golemq_pg.store.postgres._schedules import ScheduleVerbs
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
 
-class PostgresStore(CancelVerbs, ScheduleVerbs):
+class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs):
     """The JobStore port on PostgreSQL (see the module docstring)."""
 
     def __init__(
@@ -188,6 +189,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
             "delay": float(params.delay),
             "max_attempts": params.max_attempts,
             "priority": params.priority,
+            "tags": None if params.tags is None else list(params.tags),
         }
         if params.dedupe_key is None:
             found = store._fetch("job_enqueue", args)
@@ -232,11 +234,14 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
             if run_at is not None:
                 fields.append(rows.copy_field(run_at.isoformat()))
             fields += [rows.copy_field(params.max_attempts), rows.copy_field(params.priority)]
+            if params.tags:
+                fields.append(rows.copy_tags(params.tags))
             # Every row is "<type>\t<payload>\t<constant tail>\n": built with one join.
             head = rows.copy_field(params.type) + b"\t"
             tail = b"\t" + b"\t".join(fields) + b"\n"
             data = head + rows.copy_join(params.payloads, tail + head) + tail
-            query = store._q["job_copy_in_now" if run_at is None else "job_copy_in"]
+            name = "job_copy_in_now" if run_at is None else "job_copy_in"
+            query = store._q[name + "_tagged" if params.tags else name]
             with conn.cursor() as cur, cur.copy(query) as copy:
                 copy.write(data)
         return len(params.payloads)
@@ -397,7 +402,18 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
         args["statuses"] = (
             None if params.statuses is None else [JobStatus(s).value for s in params.statuses]
         )
+        if params.tags:  # an empty list filters nothing, as on the in-memory store
+            args["tags"] = list(params.tags)
+            return [rows.summary(r) for r in self._fetch("job_find_tagged", args)]
         return [rows.summary(r) for r in self._fetch("job_find", args)]
+
+    def job_payload(self, job_id: str) -> bytes | None:
+        """One job's payload as its JSON encoding, or None when the job does not exist."""
+        number = rows.int_id(job_id)
+        if number is None:
+            return None
+        found = self._fetch("job_payload", {"id": number})
+        return str(found[0][0]).encode("utf-8") if found else None
 
     def job_count_by_status(self) -> dict[JobStatus, int]:
         """Counts of every status (0 when none)."""

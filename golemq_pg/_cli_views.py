@@ -1,0 +1,123 @@
+"""What ``golemq-pg workers`` and ``golemq-pg show`` print: rows as JSON-ready data, and
+their rich renderables. Pure functions of the values the Queue returns (no I/O); no payload
+appears here unless the caller passes one in (``show --payload``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from golemq_pg._types import JobSummary, WorkerSummary
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def worker_row(worker: WorkerSummary, now: datetime) -> dict[str, Any]:
+    """One registered worker; ``last_seen_age_seconds`` against the store's ``now``."""
+    return {
+        "worker_id": worker.worker_id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "state": worker.state,
+        "running": worker.running,
+        "handlers": dict(worker.handlers),
+        "started_at": _iso(worker.started_at),
+        "last_seen_at": _iso(worker.last_seen_at),
+        "last_seen_age_seconds": round(max((now - worker.last_seen_at).total_seconds(), 0.0), 3),
+    }
+
+
+def render_workers(rows: Sequence[dict[str, Any]]) -> Any:
+    """A table of :func:`worker_row` rows: id, host, pid, state, running, handlers, age."""
+    from rich.table import Table  # noqa: PLC0415 - keep the CLI's start fast
+
+    table = Table(title=f"workers ({len(rows)})", title_justify="left")
+    for column in ("id", "host", "pid", "state", "running", "handlers", "last seen"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        handlers = ", ".join(f"{name}x{count}" for name, count in sorted(row["handlers"].items()))
+        table.add_row(
+            row["worker_id"], row["host"], str(row["pid"]), row["state"], str(row["running"]),
+            handlers, f"{row['last_seen_age_seconds']:.1f}s ago",
+        )
+    return table
+
+
+def job_detail(
+    job: JobSummary, payload: Any = None, *, with_payload: bool = False
+) -> dict[str, Any]:
+    """One job's summary, attempt history and result (and its payload only when asked)."""
+    detail: dict[str, Any] = {
+        "id": job.id,
+        "type": job.type,
+        "status": job.status.value,
+        "scope": None if job.scope is None else {"type": job.scope.type, "id": job.scope.id},
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "priority": job.priority,
+        "tags": list(job.tags),
+        "last_error": job.last_error,
+        "progress": job.progress,
+        "run_at": _iso(job.run_at),
+        "created_at": _iso(job.created_at),
+        "updated_at": _iso(job.updated_at),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        "errors": [
+            {"attempt": e.attempt, "at": _iso(e.at), "error": e.error, "worker_id": e.worker_id}
+            for e in job.errors
+        ],
+        "result": job.result,
+    }
+    if with_payload:
+        detail["payload"] = payload
+    return detail
+
+
+_SUMMARY_KEYS = (
+    "id", "type", "status", "scope", "attempts", "max_attempts", "priority", "tags",
+    "last_error", "progress", "run_at", "created_at", "updated_at", "started_at",
+    "finished_at",
+)
+
+
+def render_job(detail: dict[str, Any]) -> Any:
+    """The summary as ``key  value`` lines, the attempt history as a table, then the result
+    (and the payload when :func:`job_detail` put one in), both as JSON."""
+    import json  # noqa: PLC0415
+
+    from rich.console import Group  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column(overflow="fold")
+    for key in _SUMMARY_KEYS:
+        value = detail[key]
+        if key == "scope" and value is not None:
+            value = f"{value['type']}:{value['id']}"
+        elif key == "tags":
+            value = ", ".join(value) or None
+        elif isinstance(value, dict | list):
+            value = json.dumps(value)
+        summary.add_row(key, "-" if value is None else str(value))
+    parts: list[Any] = [summary]
+    history = Table(title=f"attempt history ({len(detail['errors'])})", title_justify="left")
+    for column in ("attempt", "at", "worker", "error"):
+        history.add_column(column, overflow="fold")
+    for item in detail["errors"]:
+        history.add_row(str(item["attempt"]), item["at"] or "", item["worker_id"] or "-",
+                        item["error"])
+    parts.append(history)
+    parts.append(Text("result: " + ("-" if detail["result"] is None
+                                    else json.dumps(detail["result"]))))
+    if "payload" in detail:
+        parts.append(Text("payload: " + json.dumps(detail["payload"])))
+    return Group(*parts)
+
+
+__all__ = ["job_detail", "render_job", "render_workers", "worker_row"]
