@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from golemq_pg._types import JobStatus, JobSummary, Resource, ScheduleSummary, Scope
+from golemq_pg._types import (
+    JobStatus,
+    JobSummary,
+    PausedType,
+    Resource,
+    ScheduleSummary,
+    Scope,
+)
 
 # -- texts every store writes alike ----------------------------------------------------------
 # The reaper stores these as a recovered job's ``last_error`` (both stores: PostgresStore
@@ -343,6 +350,29 @@ class JobStore(Protocol):
         limit: int | None = None,
     ) -> int:
         """Delete finished rows older than the cut-off (``before`` or ``age`` seconds)."""
+
+    # -- control of single jobs and of types ------------------------------------------------
+    def type_pause(self, job_type: str, reason: str | None) -> PausedType:
+        """Pause a type: no claim path leases its jobs until ``type_resume`` (checked by
+        the claim itself). Pausing again replaces the reason and keeps ``paused_at``."""
+
+    def type_resume(self, job_type: str) -> bool:
+        """Resume a type and wake idle workers (a jobs hint); False when not paused."""
+
+    def type_paused(self) -> dict[str, PausedType]:
+        """Every paused type, by name."""
+
+    def job_retry(self, job_id: str) -> bool:
+        """One FAILED job -> PENDING due now, attempts 0, last_error cleared, history kept;
+        fenced on ``status = 'failed'``: False and nothing changed otherwise."""
+
+    def job_run_now(self, job_id: str) -> bool:
+        """One PENDING job with a future ``run_at`` -> due now; fenced on that state: False
+        and nothing changed otherwise."""
+
+    def job_run_now_types(self, types: Sequence[str]) -> int:
+        """Every PENDING job of ``types`` with a future ``run_at`` -> due now, paused types
+        excepted; returns how many (``run_until_empty(with_scheduled=True)``)."""
 
     # -- schedules --------------------------------------------------------------------------
     def schedule_upsert(self, params: ScheduleParams) -> None:

@@ -9,10 +9,10 @@
 
 -- name: job_claim
 -- Fast path, one statement for every unguarded type with free slots.
---  * req: one row per type (type, limit, lease seconds). Taking the SHARED advisory lock of
---    each type in the target list of a sorted, MATERIALIZED CTE acquires the locks in key
---    order (volatile target-list expressions are evaluated after the Sort) and before any
---    row of that type is read. A guarded claimer that must read this type's running state
+--  * req: one row per type (type, limit, lease seconds), paused types left out. Taking the
+--    SHARED advisory lock of each type in the target list of a sorted, MATERIALIZED CTE
+--    acquires the locks in key order (volatile target-list expressions are evaluated after
+--    the Sort) and before any row of that type is read. A guarded claimer that must read this type's running state
 --    (not_while_running) takes the EXCLUSIVE lock, so it never checks while a claim of this
 --    type is in flight, and no claim of this type starts while it checks.
 --  * picked: MATERIALIZED, so the LIMIT ... FOR UPDATE SKIP LOCKED subquery runs exactly
@@ -27,6 +27,8 @@ WITH req AS MATERIALIZED (
                hashtextextended(%(lock_prefix)s::text || t.type, 0))::text AS locked
       FROM unnest(%(types)s::text[], %(limits)s::int[], %(leases)s::float8[])
            AS t(type, lim, lease)
+     -- a paused type is not claimed (one probe of the tiny paused_types table per type)
+     WHERE NOT EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = t.type)
      ORDER BY hashtextextended(%(lock_prefix)s::text || t.type, 0)
 ),
 picked AS MATERIALIZED (
@@ -121,7 +123,8 @@ SELECT set_config('enable_sort', %(was)s::text, true)
 -- name: fragment_claim_gate
 -- Guard checks shared by the guarded claims (expects CTE "pools" and the guard parameters).
 -- Each *_block column names what blocks the type, NULL when nothing does; "room" is the most
--- jobs the resource pools admit now (NULL: unbounded). Expired leases never block.
+-- jobs the resource pools admit now (NULL: unbounded). Expired leases never block. A paused
+-- type (paused_types) has no due work here and a quota of 0.
 -- The guarded claims read the clock as statement_timestamp(): the start of the claim
 -- statement, which runs after every advisory lock is granted. So a claimer that waited for
 -- the locks judges leases, due times and the rate window at the time it actually decides,
@@ -165,11 +168,17 @@ listed_live AS MATERIALIZED (
                AND r.lease_expires_at > statement_timestamp()
              LIMIT 1)
 ),
+paused AS MATERIALIZED (
+    -- A paused type claims nothing and counts as having nothing due (not as blocked).
+    SELECT EXISTS (SELECT 1 FROM {schema}.paused_types pt
+                    WHERE pt.type = %(type)s::text) AS is_paused
+),
 gate AS MATERIALIZED (
     SELECT
+        (SELECT ps.is_paused FROM paused ps) AS paused,
         -- ORDER BY ... LIMIT 1 keeps this on the claim index: a bare EXISTS may be planned
         -- as a sequential scan that first wades through every finished row.
-        (SELECT true FROM {schema}.jobs d
+        NOT (SELECT ps.is_paused FROM paused ps) AND (SELECT true FROM {schema}.jobs d
           WHERE d.type = %(type)s::text AND d.status = 'pending'
             AND d.run_at <= statement_timestamp()
           ORDER BY d.priority DESC, d.run_at, d.id
@@ -199,9 +208,9 @@ gate AS MATERIALIZED (
         (SELECT min(least(pr.conc_room, pr.rate_room)) FROM pool_room pr) AS room
 ),
 quota AS MATERIALIZED (
-    -- Most units (jobs; groups for a grouped claim) this claim may lease: nothing while a
-    -- not_while_running or waits_for type blocks.
-    SELECT CASE WHEN g.nwr_block IS NULL AND g.wf_block IS NULL
+    -- Most units (jobs; groups for a grouped claim) this claim may lease: nothing while the
+    -- type is paused or a not_while_running or waits_for type blocks.
+    SELECT CASE WHEN g.nwr_block IS NULL AND g.wf_block IS NULL AND NOT g.paused
                 THEN least(%(limit)s::int, coalesce(g.room, %(limit)s::int))
                 ELSE 0 END AS n
       FROM gate g
