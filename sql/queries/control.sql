@@ -49,11 +49,14 @@ SELECT u.id, pg_notify({schema}.channel_name('jobs'), json_build_array(u.type)::
 
 -- name: job_run_now
 -- One PENDING job parked in the future (scheduled, retry backoff) becomes due now. A job
--- already due, running, finished or gone is left alone.
+-- already due, running, finished or gone is left alone. "Future" is judged on the clock
+-- when the row is checked (clock_timestamp()), not at the transaction's start (now()): a
+-- run_now that waited for another one's row lock re-checks the new row version, whose
+-- run_at (the other's now()) may be later than its own now() although already due.
 WITH upd AS (
     UPDATE {schema}.jobs j
        SET run_at = now(), updated_at = now()
-     WHERE j.id = %(id)s::bigint AND j.status = 'pending' AND j.run_at > now()
+     WHERE j.id = %(id)s::bigint AND j.status = 'pending' AND j.run_at > clock_timestamp()
     RETURNING j.id, j.type
 )
 SELECT u.id, pg_notify({schema}.channel_name('jobs'), json_build_array(u.type)::text)::text
@@ -67,7 +70,8 @@ SELECT u.id, pg_notify({schema}.channel_name('jobs'), json_build_array(u.type)::
 WITH upd AS (
     UPDATE {schema}.jobs j
        SET run_at = now(), updated_at = now()
-     WHERE j.type = ANY (%(types)s::text[]) AND j.status = 'pending' AND j.run_at > now()
+     WHERE j.type = ANY (%(types)s::text[]) AND j.status = 'pending'
+       AND j.run_at > clock_timestamp()  -- as in job_run_now
        AND NOT EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = j.type)
     RETURNING j.type
 ),
