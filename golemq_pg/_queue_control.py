@@ -53,12 +53,12 @@ class ControlMethods:
         ``last_error`` cleared (the attempt history is kept). False, and nothing changed,
         when the job is not FAILED (or unknown, or keyed while a PENDING job holds its key).
         """
-        return self.store.job_retry(_check_job_id(job_id))
+        return self.store.job_retry(check_job_id(job_id))
 
     def run_now(self, job_id: str) -> bool:
         """Make one PENDING job parked in the future (scheduled, retry backoff) due now.
         False, and nothing changed, when it is already due, running, finished or unknown."""
-        return self.store.job_run_now(_check_job_id(job_id))
+        return self.store.job_run_now(check_job_id(job_id))
 
 
 def _type_name(job_type: object) -> str:
@@ -67,7 +67,7 @@ def _type_name(job_type: object) -> str:
     return check_name(job_type, "job type")
 
 
-def _check_job_id(job_id: object) -> str:
+def check_job_id(job_id: object) -> str:
     """A job id as ``add()`` returns it (the rule of ``Queue``'s other by-id methods)."""
     if isinstance(job_id, bool) or not isinstance(job_id, str | int):
         raise ValueError("job_id must be a string")
