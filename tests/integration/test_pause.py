@@ -111,24 +111,31 @@ def test_a_paused_transactional_type_claims_nothing_until_resumed(
         time.sleep(1.0)
         assert ran == []
         assert pg_store.job_get(job_id).status is JobStatus.PENDING  # type: ignore[union-attr]
+        began = time.monotonic()
         queue.resume("tx")
         assert started.wait(10)
+        assert time.monotonic() - began < 2.5  # woken by the resume, not the 5 s poll
     finally:
         worker.stop()
     assert ran == [job_id]
 
 
-@pytest.mark.parametrize("guards", [{}, {"serialize_by_scope": True}, {"transactional": True}])
+@pytest.mark.parametrize(("kind", "guards"), [
+    ("memory", {}), ("memory", {"serialize_by_scope": True}), ("memory", {"grouped": True}),
+    ("postgres", {}), ("postgres", {"serialize_by_scope": True}), ("postgres", {"grouped": True}),
+    ("postgres", {"transactional": True}),
+])
 def test_run_until_empty_returns_leaving_a_paused_types_jobs_pending(
-    pg_store: PostgresStore, guards: dict[str, Any]
+    pg_store: PostgresStore, kind: str, guards: dict[str, Any]
 ) -> None:
-    queue = Queue(pg_store)
-    worker = Worker(pg_store, poll_interval=0.05)
+    store: Any = pg_store if kind == "postgres" else InMemoryStore()
+    queue = Queue(store)
+    worker = Worker(store, poll_interval=0.05)
     ran: list[str] = []
 
     @worker.handler("held", **guards)
-    def held(job: JobEvent[Any]) -> None:
-        ran.append(job.type)
+    def held(job: Any) -> None:
+        ran.append("held")
 
     @worker.handler("free")
     def free(job: JobEvent[Any]) -> None:
@@ -141,7 +148,7 @@ def test_run_until_empty_returns_leaving_a_paused_types_jobs_pending(
     worker.run_until_empty(timeout=60)
     assert time.monotonic() - began < 30  # returned on its own, not at the timeout
     assert ran == ["free"]
-    assert all(pg_store.job_get(i).status is JobStatus.PENDING for i in held_ids)  # type: ignore[union-attr]
+    assert all(store.job_get(i).status is JobStatus.PENDING for i in held_ids)
 
 
 @pytest.mark.parametrize("kind", ["memory", "postgres"])
