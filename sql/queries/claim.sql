@@ -9,16 +9,18 @@
 
 -- name: job_claim
 -- Fast path, one statement for every unguarded type with free slots.
---  * req: one row per type (type, limit, lease seconds), paused types left out. Taking the
---    SHARED advisory lock of each type in the target list of a sorted, MATERIALIZED CTE
---    acquires the locks in key order (volatile target-list expressions are evaluated after
---    the Sort) and before any row of that type is read. A guarded claimer that must read this type's running state
+--  * req: one row per type (type, limit, lease seconds). Taking the SHARED advisory lock of
+--    each type in the target list of a sorted, MATERIALIZED CTE acquires the locks in key
+--    order (volatile target-list expressions are evaluated after the Sort) and before any
+--    row of that type is read. A guarded claimer that must read this type's running state
 --    (not_while_running) takes the EXCLUSIVE lock, so it never checks while a claim of this
 --    type is in flight, and no claim of this type starts while it checks.
 --  * picked: MATERIALIZED, so the LIMIT ... FOR UPDATE SKIP LOCKED subquery runs exactly
 --    once and the rows leased are exactly the rows returned, whatever plan is chosen. Per
---    type via LATERAL: due PENDING rows in claim order from jobs_claim_idx. A keyed row is
---    skipped while a RUNNING job holds the same key, so two jobs of one key never overlap.
+--    type via LATERAL: due PENDING rows in claim order from jobs_claim_idx, none for a
+--    paused type (paused_types, probed once per type as a one-time filter of its scan: the
+--    plan and its estimates stay those of the unpaused claim). A keyed row is skipped while
+--    a RUNNING job holds the same key, so two jobs of one key never overlap.
 --  * the UPDATE bumps attempts and the fencing token and stamps the lease from the
 --    database clock.
 WITH req AS MATERIALIZED (
@@ -27,8 +29,6 @@ WITH req AS MATERIALIZED (
                hashtextextended(%(lock_prefix)s::text || t.type, 0))::text AS locked
       FROM unnest(%(types)s::text[], %(limits)s::int[], %(leases)s::float8[])
            AS t(type, lim, lease)
-     -- a paused type is not claimed (one probe of the tiny paused_types table per type)
-     WHERE NOT EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = t.type)
      ORDER BY hashtextextended(%(lock_prefix)s::text || t.type, 0)
 ),
 picked AS MATERIALIZED (
@@ -40,6 +40,8 @@ picked AS MATERIALIZED (
              WHERE j.type = r.type
                AND j.status = 'pending'
                AND j.run_at <= now()
+               -- a paused type is not claimed (a one-time filter: see the header)
+               AND NOT EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = r.type)
                AND (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
