@@ -20,6 +20,8 @@ from golemq_pg import (
     TerminalJobError,
     Worker,
 )
+from golemq_pg.store.port import FailItem
+from tests.support.store_port import claim
 from tests.support.waiting import wait_until
 
 
@@ -114,3 +116,23 @@ def test_bad_input_raises_before_the_store_and_changes_nothing(
     assert queue.get(job_id).status is JobStatus.PENDING  # type: ignore[union-attr]
     assert queue.retry("999999") is False
     assert queue.run_now(999999) is False  # an int id is accepted, like the other by-id verbs
+
+
+def test_retry_and_run_now_inside_a_callers_transaction_commit_with_it(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    queue = Queue(pg_store)
+    dead = queue.add("t", {}, max_attempts=1)
+    (job,) = claim(pg_store, "t")
+    pg_store.job_fail_many("w1", [FailItem(job.id, job.lease_token, "boom")])
+    later = queue.add("t", {}, delay=3600)
+    with psycopg.connect(pg_dsn) as conn:
+        bound = pg_store.with_connection(conn)
+        assert bound.job_retry(dead) is True
+        assert bound.job_run_now(later) is True
+        conn.rollback()
+    assert queue.get(dead).status is JobStatus.FAILED  # type: ignore[union-attr]
+    assert queue.run_now(later) is True  # it was still parked
+    with psycopg.connect(pg_dsn) as conn:
+        assert pg_store.with_connection(conn).job_retry(dead) is True
+    assert queue.get(dead).status is JobStatus.PENDING  # type: ignore[union-attr]

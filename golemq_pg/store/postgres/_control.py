@@ -48,11 +48,15 @@ class ControlVerbs(StoreConnections):
         number = rows.int_id(job_id)
         if number is None:
             return False
-        try:
-            return bool(self._fetch("job_retry", {"id": number}))
-        except pg_errors.UniqueViolation:
-            # A job of the same key was enqueued while this one was being revived.
-            return False
+        with self._connection() as conn:
+            try:
+                return bool(conn.execute(self._q["job_retry"], {"id": number}).fetchall())
+            except pg_errors.UniqueViolation:
+                # A job of the same key was enqueued while this one was being revived. In a
+                # caller's transaction (now aborted) that must surface, not read as False.
+                if not conn.autocommit:
+                    raise
+                return False
 
     def job_run_now(self, job_id: str) -> bool:
         """A PENDING job with a future ``run_at`` becomes due now; False otherwise."""
