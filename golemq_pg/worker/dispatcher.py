@@ -126,9 +126,12 @@ class ClaimLoop(Service):
             if not with_scheduled or not self.runtime.store.job_run_now_types(types):
                 return True
             # Nothing runs and nothing is held (that is what drained means): claim again.
+            # Every pool is hinted before the flag drops, so no pass in between can find the
+            # transactional pools idle on their last, empty, claim and call it drained.
+            self.poll_now()
             self._idle_asked.clear()
             self.drained.clear()
-            self.poll_now()
+            self.runtime.wake.set()
 
     # -- the loop (hooks of Service) ----------------------------------------------------------
     def step(self) -> float | None:

@@ -185,3 +185,20 @@ def test_run_until_empty_with_scheduled_runs_delayed_and_backoff_jobs(
     again = queue.add("later", {}, delay=3600)
     worker.run_until_empty(timeout=60)
     assert store.job_get(again).status is JobStatus.PENDING
+
+
+def test_run_until_empty_with_scheduled_runs_a_transactional_types_parked_jobs(
+    pg_store: PostgresStore,
+) -> None:
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05)
+    ran: list[str] = []
+
+    @worker.handler("tx.later", transactional=True)
+    def later(job: JobEvent[Any]) -> None:
+        ran.append(job.id)
+
+    job_ids = [queue.add("tx.later", {"n": n}, delay=3600) for n in range(3)]
+    worker.run_until_empty(timeout=60, with_scheduled=True)
+    assert sorted(ran) == sorted(job_ids)
+    assert all(pg_store.job_get(i).status is JobStatus.SUCCEEDED for i in job_ids)  # type: ignore[union-attr]
