@@ -1,4 +1,7 @@
-"""The ``golemq-pg`` command line: migrate, inspect, enqueue, run workers, demo, bench.
+"""The ``golemq-pg`` command line: migrate, inspect, enqueue, control, run workers, demo, bench.
+
+The commands that control single jobs and types (retry, run-now, cancel, pause, resume) are
+in ``_cli_control``.
 
 Every command takes ``--dsn`` (else ``$GOLEMQ_DSN``, else the embedded PostgreSQL) and
 ``--schema``. Bad input gets one line on stderr and exit code 2; a runtime failure (the
@@ -24,7 +27,7 @@ from typing import Any, TypeVar
 
 import click
 
-from golemq_pg import _embedded, _harness
+from golemq_pg import _cli_control, _embedded, _harness
 from golemq_pg._cli_params import DURATION, SCOPE, parse_payload
 from golemq_pg._errortext import error_text
 from golemq_pg._types import JobStatus
@@ -308,6 +311,7 @@ def collect_stats(store: Any) -> dict[str, Any]:
     by_type = {str(k): dict(v) for k, v in store.job_stats_by_type().items()}
     oldest = store.job_oldest_due_age()
     return {
+        "paused": _cli_control.paused_json(store.type_paused()),
         "totals": totals,
         "due_backlog": int(totals.get("pending", 0)),
         "oldest_due_age_seconds": None if oldest is None else float(oldest),
@@ -332,8 +336,9 @@ def render_stats(data: dict[str, Any]) -> Any:
         table.add_row(name, *(str(counts.get(c, 0)) for c in _COLUMNS))
     table.add_row("[bold]all[/bold]", *(str(data["totals"].get(c, 0)) for c in _COLUMNS))
     oldest = data["oldest_due_age_seconds"]
-    lines = [f"due backlog: {data['due_backlog']}",
+    lines: list[Any] = [f"due backlog: {data['due_backlog']}",
              "oldest due job: " + ("-" if oldest is None else f"{oldest:.1f}s ago")]
+    lines += _cli_control.paused_lines(data.get("paused", {}))
     return Group(table, *lines)
 
 
@@ -353,6 +358,7 @@ def failed(job_type: str | None, limit: int, as_json: bool) -> None:
                                      statuses=[JobStatus.FAILED], limit=limit)
         except ValueError as exc:
             raise click.UsageError(error_text(exc)) from None
+        paused = _cli_control.paused_json(store.type_paused())
     rows = [{"id": j.id, "type": j.type, "attempts": j.attempts, "last_error": j.last_error,
              "finished_at": j.finished_at.isoformat() if j.finished_at else None} for j in jobs]
     if as_json:
@@ -367,7 +373,10 @@ def failed(job_type: str | None, limit: int, as_json: bool) -> None:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*(str(row[k] if row[k] is not None else "") for k in row))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for line in _cli_control.paused_lines(paused):
+        console.print(line)
 
 
 @cli.command("retry-failed")
@@ -456,6 +465,10 @@ def show_cmd(job_id: str, as_json: bool, with_payload: bool) -> None:
     from rich.console import Console  # noqa: PLC0415
 
     Console().print(render_job(detail))
+
+
+# retry ID, run-now ID, cancel ID, pause TYPE, resume TYPE
+_cli_control.register(cli, db_options, open_store)
 
 
 # -- worker --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
 import structlog
 
 from golemq_pg import _local
+from golemq_pg._queue_control import ControlMethods
 from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
 from golemq_pg._types import (
     Duration,
@@ -72,8 +73,12 @@ _STATUSES = tuple(JobStatus)
 _TICK = timedelta(microseconds=1)
 
 
-class Queue:
-    """Enqueue, schedule, cancel and inspect jobs through a :class:`JobStore`."""
+class Queue(ControlMethods):
+    """Enqueue, schedule, cancel and inspect jobs through a :class:`JobStore`.
+
+    Pause / resume of a type and per-job ``retry`` / ``run_now`` come from
+    :class:`golemq_pg._queue_control.ControlMethods`.
+    """
 
     def __init__(
         self,

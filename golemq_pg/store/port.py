@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from golemq_pg._types import (
     JobStatus,
     JobSummary,
+    PausedType,
     Resource,
     ScheduleSummary,
     Scope,
@@ -416,6 +417,29 @@ class JobStore(Protocol):
     def worker_list(self) -> list[WorkerSummary]:
         """Every registered worker, by id; ``state`` is "lost" when its heartbeat is older
         than :data:`LOST_AFTER_BEATS` of its intervals (the store's clock, at read time)."""
+
+    # -- control of single jobs and of types ------------------------------------------------
+    def type_pause(self, job_type: str, reason: str | None) -> PausedType:
+        """Pause a type: no claim path leases its jobs until ``type_resume`` (checked by
+        the claim itself). Pausing again replaces the reason and keeps ``paused_at``."""
+
+    def type_resume(self, job_type: str) -> bool:
+        """Resume a type and wake idle workers (a jobs hint); False when not paused."""
+
+    def type_paused(self) -> dict[str, PausedType]:
+        """Every paused type, by name."""
+
+    def job_retry(self, job_id: str) -> bool:
+        """One FAILED job -> PENDING due now, attempts 0, last_error cleared, history kept;
+        fenced on ``status = 'failed'``: False and nothing changed otherwise."""
+
+    def job_run_now(self, job_id: str) -> bool:
+        """One PENDING job with a future ``run_at`` -> due now; fenced on that state: False
+        and nothing changed otherwise."""
+
+    def job_run_now_types(self, types: Sequence[str]) -> int:
+        """Every PENDING job of ``types`` with a future ``run_at`` -> due now, paused types
+        excepted; returns how many (``run_until_empty(with_scheduled=True)``)."""
 
     # -- schedules --------------------------------------------------------------------------
     def schedule_upsert(self, params: ScheduleParams) -> None:

@@ -108,6 +108,31 @@ class ClaimLoop(Service):
         self._next_poll = 0.0
         self.runtime.wake.set()
 
+    # -- run_until_empty ----------------------------------------------------------------------
+    def wait_drained(self, limit: float | None, *, with_scheduled: bool = False) -> bool:
+        """Wait up to ``limit`` seconds (None: no bound) for :attr:`drained`; False on timeout.
+
+        With ``with_scheduled``, each time the queue looks drained the store makes every job
+        of the handled types parked in the future (scheduled, retry backoff) due now
+        (``job_run_now_types``; paused types stay parked), and the wait goes on until a drain
+        finds none left. The claim itself is untouched: the parked jobs simply become due.
+        """
+        deadline = None if limit is None else time.monotonic() + limit
+        types = sorted({*self.pools, *self.runtime.tx_pools})
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not self.drained.wait(left):
+                return False
+            if not with_scheduled or not self.runtime.store.job_run_now_types(types):
+                return True
+            # Nothing runs and nothing is held (that is what drained means): claim again.
+            # Every pool is hinted before the flag drops, so no pass in between can find the
+            # transactional pools idle on their last, empty, claim and call it drained.
+            self.poll_now()
+            self._idle_asked.clear()
+            self.drained.clear()
+            self.runtime.wake.set()
+
     # -- the loop (hooks of Service) ----------------------------------------------------------
     def step(self) -> float | None:
         """Claim once if anything calls for it; return how long to pause (None: until woken,

@@ -456,14 +456,20 @@ class Worker:
         log.info("worker_signal", worker_id=self.worker_id, signal=signum)
         self._stop_requested.set()
 
-    def run_until_empty(self, timeout: Duration | None = None) -> None:
+    def run_until_empty(
+        self, timeout: Duration | None = None, *, with_scheduled: bool = False
+    ) -> None:
         """Process until nothing is due and nothing runs, then stop and return.
 
-        Jobs parked in the future (``delay=``, retry backoff) are not due. Due jobs held back
-        by a guard (a lease held by another process, a pool's budget, a waited-for type) are
-        still due: the worker keeps polling for them. With ``timeout`` (seconds) the worker
-        stops after that long even if work remains.
+        Jobs parked in the future (``delay=``, retry backoff) are not due, unless
+        ``with_scheduled=True``: then they are run as if due, until no pending or running
+        job of a handled type is left. A paused type's jobs are never due here. Due jobs
+        held back by a guard (a lease held by another process, a pool's budget, a waited-for
+        type) are still due: the worker keeps polling for them. With ``timeout`` (seconds)
+        the worker stops after that long even if work remains.
         """
+        if not isinstance(with_scheduled, bool):
+            raise QueueConfigError("with_scheduled must be True or False")
         limit = None
         if timeout is not None:
             try:
@@ -479,7 +485,7 @@ class Worker:
         parts = self._parts
         assert parts is not None  # noqa: S101 - set by start
         try:
-            if not parts.claim_loop.drained.wait(limit):
+            if not parts.claim_loop.wait_drained(limit, with_scheduled=with_scheduled):
                 log.warning("run_until_empty_timed_out", worker_id=self.worker_id,
                             timeout=limit)
         finally:

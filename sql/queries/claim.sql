@@ -17,8 +17,10 @@
 --    type is in flight, and no claim of this type starts while it checks.
 --  * picked: MATERIALIZED, so the LIMIT ... FOR UPDATE SKIP LOCKED subquery runs exactly
 --    once and the rows leased are exactly the rows returned, whatever plan is chosen. Per
---    type via LATERAL: due PENDING rows in claim order from jobs_claim_idx. A keyed row is
---    skipped while a RUNNING job holds the same key, so two jobs of one key never overlap.
+--    type via LATERAL: due PENDING rows in claim order from jobs_claim_idx, none for a
+--    paused type (paused_types, probed once per type as a one-time filter of its scan: the
+--    plan and its estimates stay those of the unpaused claim). A keyed row is skipped while
+--    a RUNNING job holds the same key, so two jobs of one key never overlap.
 --  * the UPDATE bumps attempts and the fencing token and stamps the lease from the
 --    database clock.
 WITH req AS MATERIALIZED (
@@ -38,6 +40,8 @@ picked AS MATERIALIZED (
              WHERE j.type = r.type
                AND j.status = 'pending'
                AND j.run_at <= now()
+               -- a paused type is not claimed (a one-time filter: see the header)
+               AND NOT EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = r.type)
                AND (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
@@ -121,7 +125,8 @@ SELECT set_config('enable_sort', %(was)s::text, true)
 -- name: fragment_claim_gate
 -- Guard checks shared by the guarded claims (expects CTE "pools" and the guard parameters).
 -- Each *_block column names what blocks the type, NULL when nothing does; "room" is the most
--- jobs the resource pools admit now (NULL: unbounded). Expired leases never block.
+-- jobs the resource pools admit now (NULL: unbounded). Expired leases never block. A paused
+-- type (paused_types) has no due work here and a quota of 0.
 -- The guarded claims read the clock as statement_timestamp(): the start of the claim
 -- statement, which runs after every advisory lock is granted. So a claimer that waited for
 -- the locks judges leases, due times and the rate window at the time it actually decides,
@@ -165,11 +170,17 @@ listed_live AS MATERIALIZED (
                AND r.lease_expires_at > statement_timestamp()
              LIMIT 1)
 ),
+paused AS MATERIALIZED (
+    -- A paused type claims nothing and counts as having nothing due (not as blocked).
+    SELECT EXISTS (SELECT 1 FROM {schema}.paused_types pt
+                    WHERE pt.type = %(type)s::text) AS is_paused
+),
 gate AS MATERIALIZED (
     SELECT
+        (SELECT ps.is_paused FROM paused ps) AS paused,
         -- ORDER BY ... LIMIT 1 keeps this on the claim index: a bare EXISTS may be planned
         -- as a sequential scan that first wades through every finished row.
-        (SELECT true FROM {schema}.jobs d
+        NOT (SELECT ps.is_paused FROM paused ps) AND (SELECT true FROM {schema}.jobs d
           WHERE d.type = %(type)s::text AND d.status = 'pending'
             AND d.run_at <= statement_timestamp()
           ORDER BY d.priority DESC, d.run_at, d.id
@@ -199,9 +210,9 @@ gate AS MATERIALIZED (
         (SELECT min(least(pr.conc_room, pr.rate_room)) FROM pool_room pr) AS room
 ),
 quota AS MATERIALIZED (
-    -- Most units (jobs; groups for a grouped claim) this claim may lease: nothing while a
-    -- not_while_running or waits_for type blocks.
-    SELECT CASE WHEN g.nwr_block IS NULL AND g.wf_block IS NULL
+    -- Most units (jobs; groups for a grouped claim) this claim may lease: nothing while the
+    -- type is paused or a not_while_running or waits_for type blocks.
+    SELECT CASE WHEN g.nwr_block IS NULL AND g.wf_block IS NULL AND NOT g.paused
                 THEN least(%(limit)s::int, coalesce(g.room, %(limit)s::int))
                 ELSE 0 END AS n
       FROM gate g

@@ -9,6 +9,9 @@ the part of the advisory locks. Like ``PostgresStore`` it works in two phases:
    claims before it. Its gate (not_while_running, waits_for, pool room) is read once before
    it leases anything, as the SQL reads it in one snapshot.
 
+A paused type (``InMemoryStore.type_pause``) is left out of both phases, as the SQL leaves
+it out of every claim statement: it gets nothing and is not reported as blocked.
+
 A keyed job is never claimed while a RUNNING job (live lease or not) holds its key; every
 other guard ignores expired leases. Results come back as a :class:`ClaimBatch`: the fast
 jobs in claim order, then each guarded type's jobs in claim order, with ``blocked`` naming
@@ -17,7 +20,7 @@ what held back a guarded type that had due work and got nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,7 +55,9 @@ class ClaimPass:
         request: ClaimRequest,
         now: datetime,
         rate_window: float,
+        paused: Collection[str] = (),
     ) -> None:
+        self._paused = frozenset(paused)
         self._table = table
         self._budgets = budgets
         self._request = request
@@ -65,8 +70,8 @@ class ClaimPass:
         fast: dict[str, TypeSlots] = {}
         guarded: list[TypeSlots] = []
         for slots in self._request.types:
-            if slots.limit <= 0:
-                continue
+            if slots.limit <= 0 or slots.type in self._paused:
+                continue  # a paused type claims nothing and counts as having nothing due
             if slots.guarded or slots.type in pooled:
                 guarded.append(slots)
             else:

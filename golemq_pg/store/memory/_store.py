@@ -18,9 +18,10 @@ from typing import Any
 
 import structlog
 
-from golemq_pg._types import JobStatus, JobSummary, ScheduleSummary
+from golemq_pg._types import JobStatus, JobSummary, PausedType, ScheduleSummary
 from golemq_pg.store.memory import _admin as admin
 from golemq_pg.store.memory._claim import ClaimPass
+from golemq_pg.store.memory._control import ControlVerbs
 from golemq_pg.store.memory._rows import (
     JobRow,
     JobTable,
@@ -62,7 +63,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class InMemoryStore(RegistryVerbs):
+class InMemoryStore(RegistryVerbs, ControlVerbs):
     """The storage port kept in process memory, thread-safe, with the same guards.
 
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``
@@ -83,6 +84,7 @@ class InMemoryStore(RegistryVerbs):
         self._jobs = JobTable()
         self._jobs.on_done = self._done.notify_all
         self._budgets: dict[str, RateBudget] = {}
+        self._paused: dict[str, PausedType] = {}
         self._schedules = ScheduleBook()
         self._workers = WorkerBook()
         self._listeners: list[MemoryListener] = []
@@ -227,7 +229,9 @@ class InMemoryStore(RegistryVerbs):
         """
         with self._lock:
             now = self._read_clock()
-            return ClaimPass(self._jobs, self._budgets, request, now, self._rate_window).run()
+            return ClaimPass(
+                self._jobs, self._budgets, request, now, self._rate_window, self._paused
+            ).run()
 
     def _held(
         self, owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]

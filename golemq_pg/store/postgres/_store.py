@@ -5,8 +5,9 @@ store owns a ``psycopg_pool.ConnectionPool`` (``connect``) or wraps one (``Postg
 how it uses its connections is in ``_connections``. ``with_connection(conn)`` gives a store
 whose verbs run inside the caller's transaction and never commit it.
 
-This module holds the class and most of its verbs; the cancel verb (``_cancel``) and the
-schedule verbs (``_schedules``) are written in their own modules, as bases of the class.
+This module holds the class and most of its verbs; the cancel verb (``_cancel``), the
+schedule verbs (``_schedules``) and the control verbs (``_control``: pause, retry, run now)
+are written in their own modules, as bases of the class.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from golemq_pg.store.postgres._connections import (
     Shared,
     open_pool,
 )
+from golemq_pg.store.postgres._control import ControlVerbs
 from golemq_pg.store.postgres._listener import PgListener
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._registry import RegistryVerbs
@@ -57,7 +59,7 @@ from golemq_pg.store.postgres._schedules import ScheduleVerbs
 log = structlog.get_logger("golemq_pg.store.postgres")
 
 
-class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs):
+class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
     """The JobStore port on PostgreSQL (see the module docstring)."""
 
     def __init__(

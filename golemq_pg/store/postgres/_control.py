@@ -1,0 +1,72 @@
+"""The control verbs of PostgresStore: pause / resume a type, retry or run one job now.
+
+Each is one statement of ``sql/queries/control.sql``, fenced on the row's current state
+(``status = 'failed'``; ``status = 'pending' AND run_at > now()``), so a verb racing a claim,
+a completion or the reaper either applies to the state it names or changes nothing. What
+becomes claimable is announced on the jobs channel with its type name, in the same
+statement (the NOTIFY is delivered at commit). The pause itself is enforced by the claim
+statements (``claim.sql``), not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg import errors as pg_errors
+
+from golemq_pg._types import PausedType
+from golemq_pg.store.postgres import _rows as rows
+from golemq_pg.store.postgres._connections import StoreConnections
+
+
+class ControlVerbs(StoreConnections):
+    """``type_pause``, ``type_resume``, ``type_paused``, ``job_retry``, ``job_run_now``,
+    ``job_run_now_types`` (see the module docstring)."""
+
+    def type_pause(self, job_type: str, reason: str | None) -> PausedType:
+        """Pause ``job_type`` (again: the reason is replaced, ``paused_at`` kept)."""
+        row = self._fetch("type_pause", {"type": job_type, "reason": reason})[0]
+        return PausedType(type=row[0], paused_at=row[1], reason=row[2])
+
+    def type_resume(self, job_type: str) -> bool:
+        """Resume ``job_type`` and wake its idle workers; False when it was not paused."""
+        return bool(self._fetch("type_resume", {"type": job_type}))
+
+    def type_paused(self) -> dict[str, PausedType]:
+        """Every paused type, by name."""
+        return {
+            row[0]: PausedType(type=row[0], paused_at=row[1], reason=row[2])
+            for row in self._fetch("type_paused")
+        }
+
+    def job_retry(self, job_id: str) -> bool:
+        """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
+
+        False (nothing changed) when the job is not FAILED, unknown, or keyed while a
+        PENDING job holds its key.
+        """
+        number = rows.int_id(job_id)
+        if number is None:
+            return False
+        with self._connection() as conn:
+            try:
+                return bool(conn.execute(self._q["job_retry"], {"id": number}).fetchall())
+            except pg_errors.UniqueViolation:
+                # A job of the same key was enqueued while this one was being revived. In a
+                # caller's transaction (now aborted) that must surface, not read as False.
+                if not conn.autocommit:
+                    raise
+                return False
+
+    def job_run_now(self, job_id: str) -> bool:
+        """A PENDING job with a future ``run_at`` becomes due now; False otherwise."""
+        number = rows.int_id(job_id)
+        if number is None:
+            return False
+        return bool(self._fetch("job_run_now", {"id": number}))
+
+    def job_run_now_types(self, types: Sequence[str]) -> int:
+        """Every future PENDING job of ``types`` (paused types excepted) becomes due now."""
+        if not types:
+            return 0
+        return int(self._fetch("job_run_now_types", {"types": list(types)})[0][0])
