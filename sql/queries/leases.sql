@@ -31,11 +31,35 @@ SELECT d.id FROM done d CROSS JOIN hint
 
 
 -- name: job_complete_many_with_results
--- RUNNING -> SUCCEEDED with each item's result (JSON text, or NULL for none), used only when
--- a batch carries a result or a handler type deletes on success (delete_on): the rows of a
--- type in delete_types are deleted instead of updated, under the same fence (the held rows
--- are locked first, so the delete and the update act on exactly the fenced rows). Returns
--- the ids written either way and announces them once on the "done" channel.
+-- job_complete_many storing each item's result (JSON text, or NULL for none): used only when
+-- a batch carries a result and no type of the worker deletes on success.
+WITH done AS (
+    UPDATE {schema}.jobs j
+       SET status = 'succeeded',
+           result = t.result::jsonb,
+           finished_at = now(),
+           updated_at = now(),
+           lease_owner = NULL,
+           lease_expires_at = NULL
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
+           AS t(id, token, result)
+     WHERE j.id = t.id
+       AND j.lease_token = t.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+    RETURNING j.id
+),
+hint AS (
+    SELECT {schema}.notify_jobs_done(array_agg(d.id)) FROM done d
+)
+SELECT d.id FROM done d CROSS JOIN hint
+
+
+-- name: job_complete_many_deleting
+-- RUNNING -> SUCCEEDED with each item's result (or NULL), except that the rows of a type in
+-- delete_types (delete_on "success" or "always") are deleted instead of updated, under the
+-- same fence: the held rows are locked first, so the delete and the update act on exactly
+-- the fenced rows. Returns the ids written either way and announces them once on "done".
 WITH item AS (
     SELECT t.id, t.token, t.result
       FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])

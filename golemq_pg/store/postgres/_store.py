@@ -306,7 +306,8 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
         """RUNNING -> SUCCEEDED for leases still held; returns the ids written.
 
         Without a result in the batch and without ``delete_types`` this is the hot-path
-        statement; otherwise its variant that stores results and deletes (``delete_on``).
+        statement; with results, its variant that stores them; with ``delete_types``, the
+        variant that also deletes (``delete_on``).
         """
         if not items:
             return set()
@@ -315,11 +316,14 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
             i.result.decode() if isinstance(i, ResultRef) and i.result is not None else None
             for i in items
         ]
-        if not delete_types and not any(r is not None for r in results):
-            return self._write_ids("job_complete_many", args)
-        args["results"] = results
-        args["delete_types"] = list(delete_types)
-        return self._write_ids("job_complete_many_with_results", args)
+        if delete_types:
+            args["results"] = results
+            args["delete_types"] = list(delete_types)
+            return self._write_ids("job_complete_many_deleting", args)
+        if any(r is not None for r in results):
+            args["results"] = results
+            return self._write_ids("job_complete_many_with_results", args)
+        return self._write_ids("job_complete_many", args)
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
