@@ -50,6 +50,8 @@ _OUTCOMES = ("succeeded", "retry-scheduled", "failed-terminal", "retry-scheduled
 _LOOKUP_LIMIT = 50
 #: Most items per statement.
 _CHUNK = 1000
+#: Most bytes of results per statement (a result may be up to 1 MiB).
+_CHUNK_RESULT_BYTES = 8 * 1024 * 1024
 #: Retries due within this many seconds wake the claim loop instead of waiting for a poll.
 SOON = 0.05
 
@@ -198,8 +200,8 @@ class Completer(Service):
     def _write(self, kind: int, group: list[Entry]) -> None:
         items = [item for entry in group for item in entry[2]]
         written: set[str] = set()
-        for start in range(0, len(items), _CHUNK):
-            chunk = items[start : start + _CHUNK]
+        chunks = _result_chunks(items) if kind == COMPLETE else _chunks(items)
+        for chunk in chunks:
             done = self._call(kind, chunk)
             if done is None:  # gave up (end of shutdown): the leases will expire
                 return
@@ -326,6 +328,27 @@ def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
         for other in (*spec.not_while_running, *spec.waits_for):
             found.setdefault(other, set()).add(spec.type)
     return {name: frozenset(types) for name, types in found.items()}
+
+
+def _chunks(items: list[Any]) -> list[list[Any]]:
+    return [items[start : start + _CHUNK] for start in range(0, len(items), _CHUNK)]
+
+
+def _result_chunks(items: list[Any]) -> list[list[Any]]:
+    """Completions in statements of at most ``_CHUNK`` items and, when they carry results,
+    about ``_CHUNK_RESULT_BYTES`` of them (so large results never make a huge statement)."""
+    if not any(type(item) is ResultRef for item in items):
+        return _chunks(items)
+    chunks: list[list[Any]] = [[]]
+    size = 0
+    for item in items:
+        extra = len(item.result) if type(item) is ResultRef and item.result else 0
+        if chunks[-1] and (len(chunks[-1]) >= _CHUNK or size + extra > _CHUNK_RESULT_BYTES):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += extra
+    return chunks
 
 
 def delete_types(runtime: Runtime) -> tuple[tuple[str, ...], tuple[str, ...]]:
