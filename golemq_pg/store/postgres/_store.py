@@ -312,18 +312,16 @@ class PostgresStore(CancelVerbs, ScheduleVerbs):
         if not items:
             return set()
         args = rows.lease_args(owner, items)
-        results = [
+        if not delete_types and not any(isinstance(i, ResultRef) for i in items):
+            return self._write_ids("job_complete_many", args)  # the hot path
+        args["results"] = [
             i.result.decode() if isinstance(i, ResultRef) and i.result is not None else None
             for i in items
         ]
         if delete_types:
-            args["results"] = results
             args["delete_types"] = list(delete_types)
             return self._write_ids("job_complete_many_deleting", args)
-        if any(r is not None for r in results):
-            args["results"] = results
-            return self._write_ids("job_complete_many_with_results", args)
-        return self._write_ids("job_complete_many", args)
+        return self._write_ids("job_complete_many_with_results", args)
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
