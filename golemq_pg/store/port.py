@@ -27,8 +27,6 @@ LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (work
 LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
 #: How many failed attempts a job's history keeps (``JobSummary.errors``), newest kept.
 HISTORY_LIMIT = 20
-#: The largest result a job may store (its JSON encoding), as for payloads.
-MAX_RESULT_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +158,7 @@ class LeaseRef:
 @dataclass(frozen=True, slots=True)
 class ResultRef(LeaseRef):
     """A held lease to complete with the handler's result: ``result`` is its JSON encoding,
-    already validated (JSON-safe, at most ``MAX_RESULT_BYTES``), or None for no result."""
+    already validated (JSON-safe, at most 1 MiB: ``_validation.encode_result``), or None."""
 
     result: bytes | None = None
 
