@@ -240,3 +240,45 @@ def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None
     if callable(value):
         raise QueuePayloadError(job_type, "functions are not JSON-safe")
     raise QueuePayloadError(job_type, f"values of type {type(value).__name__} are not JSON-safe")
+
+
+#: The values of ``delete_on`` (Worker and handler option): when a finished job's row goes.
+DELETE_ON = ("never", "success", "always")
+_MIB = 1024 * 1024
+
+
+def check_delete_on(value: object, what: str) -> str:
+    """``delete_on``: "never" (rows kept until pruned), "success" or "always"."""
+    if not isinstance(value, str) or value not in DELETE_ON:
+        raise ValueError(f"{what} must be one of 'never', 'success', 'always'")
+    return value
+
+
+def encode_result(value: object) -> bytes:
+    """Validate a handler's return value as a JSON-safe result (the payload rules, any JSON
+    value at the top) of at most 1 MiB encoded, and return its JSON encoding.
+
+    Raises ``ValueError`` naming the problem ("result is not JSON-safe: ..." or "result is
+    1.2 MiB, over the 1 MiB limit"), never the value.
+    """
+    try:
+        _check_value("result", value, 0, set())
+    except QueuePayloadError as exc:
+        raise ValueError(f"result is not JSON-safe: {exc.category}") from None
+    try:
+        encoded = orjson.dumps(value, default=_mapping_as_dict)
+    except (TypeError, orjson.JSONEncodeError):  # defensive: the walk accepts only JSON
+        raise ValueError("result is not JSON-safe: not JSON-serialisable") from None
+    if len(encoded) > MAX_PAYLOAD_BYTES:
+        size = len(encoded)
+        raise ValueError(
+            f"result is {size / _MIB:.1f} MiB ({size} bytes), over the 1 MiB limit"
+        )
+    return encoded
+
+
+def _mapping_as_dict(value: object) -> dict[Any, Any]:
+    # orjson encodes dicts natively; the walk has already accepted any other Mapping.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError("not JSON-serialisable")

@@ -182,6 +182,14 @@ class LeaseRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ResultRef(LeaseRef):
+    """A held lease to complete with the handler's result: ``result`` is its JSON encoding,
+    already validated (JSON-safe, at most 1 MiB: ``_validation.encode_result``), or None."""
+
+    result: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RetryItem:
     """Put a running job back to PENDING after ``delay`` seconds (database clock)."""
 
@@ -306,7 +314,8 @@ NextTick = Callable[[DueSchedule, datetime], datetime | None]
 @dataclass(frozen=True, slots=True)
 class Notification:
     """A wake-up hint: ``kind`` is "jobs" (payload: type names), "cancel" (job ids) or
-    "done" (ids of jobs that became terminal or were deleted; none: any job)."""
+    "done" (the ids of jobs that became terminal or were deleted by ``delete_on``, one
+    notification per completing statement; an empty ``items`` means "re-check")."""
 
     kind: Literal["jobs", "cancel", "done", "reconnected"]
     items: tuple[str, ...]
@@ -337,14 +346,25 @@ class JobStore(Protocol):
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Lease up to the requested number of due jobs, honouring every guard."""
 
-    def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
-        """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
+    def job_complete_many(
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        """RUNNING -> SUCCEEDED for leases still held; returns the ids written.
+
+        An item that is a :class:`ResultRef` with a result stores it as the job's result.
+        Held jobs of a type in ``delete_types`` are deleted instead (``delete_on``), in the
+        same statement. The ids written either way are announced with one "done" hint.
+        """
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
-        """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
+        """RUNNING -> PENDING after a delay (attempt refunded unless consumed); each attempt
+        is appended to the job's history (the newest :data:`HISTORY_LIMIT` kept)."""
 
-    def job_fail_many(self, owner: str, items: Sequence[FailItem]) -> set[str]:
-        """RUNNING -> FAILED (dead letter)."""
+    def job_fail_many(
+        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        """RUNNING -> FAILED (dead letter), the attempt appended to the history; jobs of a
+        type in ``delete_types`` are deleted instead. One "done" hint names the ids."""
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> PENDING, due now, attempt refunded (claimed but never started)."""
@@ -353,7 +373,9 @@ class JobStore(Protocol):
         """Extend the given held leases to now() + seconds; returns the ids renewed."""
 
     def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
-        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
+        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget;
+        either way the attempt is appended to the history (``worker_id`` None), and the
+        dead-lettered ids are announced with one "done" hint."""
 
     def lease_held(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """Which of these leases this owner still holds (the reconcile pass)."""

@@ -14,6 +14,7 @@ import structlog
 
 from golemq_pg._errortext import error_text
 from golemq_pg._types import RetryContext, RetryStrategy
+from golemq_pg._validation import encode_result
 from golemq_pg.errors import RetryableJobError, TerminalJobError
 
 log = structlog.get_logger("golemq_pg.worker.backoff")
@@ -30,6 +31,21 @@ class HandlerReturnedFalse(Exception):  # noqa: N818 - named after what happened
 
 class JobTimeout(Exception):  # noqa: N818 - named after what happened
     """Stands for an attempt that ran past its handler's ``timeout``."""
+
+
+class ResultRejected(TerminalJobError):  # noqa: N818 - named after what happened
+    """Stands for a handler whose return value cannot be stored as the job's result (not
+    JSON-safe, or over 1 MiB encoded): the job fails now. The message names the problem,
+    never the value."""
+
+
+def encoded_result(value: object) -> bytes | ResultRejected:
+    """A handler's return value (not None, True or False) as the job's encoded result, or
+    the :class:`ResultRejected` that fails the job. Runs on the handler thread."""
+    try:
+        return encode_result(value)
+    except ValueError as exc:
+        return ResultRejected(str(exc))
 
 
 def describe_error(error: BaseException) -> str:
@@ -133,7 +149,9 @@ __all__ = [
     "BackoffPolicy",
     "HandlerReturnedFalse",
     "JobTimeout",
+    "ResultRejected",
     "RetryDecision",
     "default_backoff",
     "describe_error",
+    "encoded_result",
 ]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from golemq_pg._errortext import error_text
-from golemq_pg.store.port import FailItem, JobStore, LeaseRef, RetryItem
+from golemq_pg.store.port import FailItem, JobStore, LeaseRef, ResultRef, RetryItem
 from golemq_pg.worker.observers import ObserverHub
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
@@ -50,6 +50,8 @@ _OUTCOMES = ("succeeded", "retry-scheduled", "failed-terminal", "retry-scheduled
 _LOOKUP_LIMIT = 50
 #: Most items per statement.
 _CHUNK = 1000
+#: Most bytes of results per statement (a result may be up to 1 MiB).
+_CHUNK_RESULT_BYTES = 8 * 1024 * 1024
 #: Retries due within this many seconds wake the claim loop instead of waiting for a poll.
 SOON = 0.05
 
@@ -75,6 +77,7 @@ class Completer(Service):
         wake: Callable[[], None],
         delay: float = 0.003,
         max_items: int = 500,
+        deletes: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
     ) -> None:
         super().__init__("golemq-completer", owner)
         self.store = store
@@ -93,11 +96,19 @@ class Completer(Service):
         self.unblocks: Mapping[str, frozenset[str]] = unblocks
         #: Once set, a failing write is abandoned instead of retried (end of shutdown).
         self.give_up_at: float | None = None
+        #: The types whose succeeded / dead-lettered rows are deleted (``delete_on``), in
+        #: the completing statement itself (see :func:`delete_types`).
+        self.delete_succeeded, self.delete_failed = deletes
 
     # -- producers (handler threads, supervisor, shutdown) ---------------------------------
     def complete(self, unit: Unit) -> None:
-        """The unit's handler succeeded."""
-        self._push((COMPLETE, unit, unit.refs, True))
+        """The unit's handler succeeded (with the encoded result it returned, if any)."""
+        result = unit.result
+        if result is None:
+            self._push((COMPLETE, unit, unit.refs, True))
+        else:
+            job = unit.jobs[0]
+            self._push((COMPLETE, unit, (ResultRef(job.id, job.lease_token, result),), True))
 
     def retry(self, unit: Unit, items: Sequence[RetryItem], *, consumed: bool) -> None:
         """Retry these jobs of the unit after their delay."""
@@ -189,8 +200,8 @@ class Completer(Service):
     def _write(self, kind: int, group: list[Entry]) -> None:
         items = [item for entry in group for item in entry[2]]
         written: set[str] = set()
-        for start in range(0, len(items), _CHUNK):
-            chunk = items[start : start + _CHUNK]
+        chunks = _result_chunks(items) if kind == COMPLETE else _chunks(items)
+        for chunk in chunks:
             done = self._call(kind, chunk)
             if done is None:  # gave up (end of shutdown): the leases will expire
                 return
@@ -221,10 +232,16 @@ class Completer(Service):
         while True:
             try:
                 if kind == COMPLETE:
+                    if self.delete_succeeded:
+                        return store.job_complete_many(
+                            owner, chunk, delete_types=self.delete_succeeded
+                        )
                     return store.job_complete_many(owner, chunk)
                 if kind == RETRY:
                     return store.job_retry_many(owner, chunk)
                 if kind == FAIL:
+                    if self.delete_failed:
+                        return store.job_fail_many(owner, chunk, delete_types=self.delete_failed)
                     return store.job_fail_many(owner, chunk)
                 return store.job_release_many(owner, chunk)
             except Exception as exc:  # noqa: BLE001 - retried with backoff, never dropped
@@ -313,6 +330,42 @@ def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
     return {name: frozenset(types) for name, types in found.items()}
 
 
+def _chunks(items: list[Any]) -> list[list[Any]]:
+    return [items[start : start + _CHUNK] for start in range(0, len(items), _CHUNK)]
+
+
+def _result_chunks(items: list[Any]) -> list[list[Any]]:
+    """Completions in statements of at most ``_CHUNK`` items and, when they carry results,
+    about ``_CHUNK_RESULT_BYTES`` of them (so large results never make a huge statement)."""
+    if not any(type(item) is ResultRef for item in items):
+        return _chunks(items)
+    chunks: list[list[Any]] = [[]]
+    size = 0
+    for item in items:
+        extra = len(item.result) if type(item) is ResultRef and item.result else 0
+        if chunks[-1] and (len(chunks[-1]) >= _CHUNK or size + extra > _CHUNK_RESULT_BYTES):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += extra
+    return chunks
+
+
+def delete_types(runtime: Runtime) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The handler types whose rows ``delete_on`` deletes: (on success, on dead letter). A
+    handler's own ``delete_on`` wins over the Worker's."""
+    default = runtime.config.delete_on
+    on_success: list[str] = []
+    on_failure: list[str] = []
+    for spec in runtime.handlers:
+        rule = spec.delete_on or default
+        if rule != "never":
+            on_success.append(spec.type)
+        if rule == "always":
+            on_failure.append(spec.type)
+    return tuple(on_success), tuple(on_failure)
+
+
 def _job(unit: Unit, job_id: str) -> Any:
     for job in unit.jobs:
         if job.id == job_id:
@@ -320,4 +373,7 @@ def _job(unit: Unit, job_id: str) -> Any:
     return unit.jobs[0]  # pragma: no cover - items always come from the unit's jobs
 
 
-__all__ = ["COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef", "unblocked_by"]
+__all__ = [
+    "COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef", "delete_types",
+    "unblocked_by",
+]

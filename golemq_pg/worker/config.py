@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from golemq_pg._types import JobStatus, LifecycleObserver, Resource, Retention, RetryStrategy
-from golemq_pg._validation import check_name, check_status, to_seconds
+from golemq_pg._validation import check_delete_on, check_name, check_status, to_seconds
 from golemq_pg.errors import QueueConfigError
 
 #: The most jobs one claim may ask for: bounds one round trip and one buffer refill.
@@ -53,6 +53,8 @@ class WorkerConfig:
     retention: RetentionConfig | None
     observers: tuple[LifecycleObserver, ...]
     retry_strategy: RetryStrategy | None
+    #: When finished rows are deleted: "never", "success" or "always" (handlers may override).
+    delete_on: str = "never"
 
     def lease_seconds(self, timeout: float | None) -> float:
         """The lease a claim of a type with handler ``timeout`` asks for: ``lease_duration``
@@ -206,6 +208,7 @@ def build_config(
     retention: object,
     observers: object,
     retry_strategy: object,
+    delete_on: object = "never",
 ) -> WorkerConfig:
     """Validate the Worker's keyword arguments into a :class:`WorkerConfig`."""
     if not isinstance(notify, bool):
@@ -239,6 +242,10 @@ def build_config(
     if retry_strategy is not None and not callable(retry_strategy):
         raise QueueConfigError("retry_strategy must be a callable(RetryContext) -> float | None")
     strategy: Callable[..., Any] | None = retry_strategy
+    try:
+        deleting = check_delete_on(delete_on, "delete_on")
+    except ValueError as exc:
+        raise QueueConfigError(str(exc)) from None
     return WorkerConfig(
         poll_interval=poll,
         notify=notify,
@@ -256,6 +263,7 @@ def build_config(
         retention=check_retention(retention),
         observers=check_observers(observers),
         retry_strategy=strategy,
+        delete_on=deleting,
     )
 
 

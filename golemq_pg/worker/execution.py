@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from golemq_pg.worker.backoff import HandlerReturnedFalse
+from golemq_pg.worker.backoff import HandlerReturnedFalse, encoded_result
 from golemq_pg.worker.events import BatchEvent, JobEvent
 from golemq_pg.worker.units import ABANDONED, FINISHED, RUNNING, Slot, Unit, UnitPool
 
@@ -89,7 +89,19 @@ class Executor:
         error: BaseException | None
         try:
             result = spec.fn(argument)
-            error = HandlerReturnedFalse("handler returned False") if result is False else None
+            if result is None or result is True:
+                error = None
+            elif result is False:
+                error = HandlerReturnedFalse("handler returned False")
+            elif spec.grouped:  # a BatchEvent's return value is not kept
+                error = None
+            else:  # encoded here, on the handler thread, not on the completer's
+                found = encoded_result(result)
+                if isinstance(found, bytes):
+                    unit.result = found
+                    error = None
+                else:
+                    error = found
         except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
             error = exc
         unit.finished_at = finished = monotonic()

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from golemq_pg._types import JobType, type_name
-from golemq_pg._validation import check_name, to_seconds
+from golemq_pg._validation import check_delete_on, check_name, to_seconds
 from golemq_pg.errors import QueueConfigError
 
 log = structlog.get_logger("golemq_pg.worker.handlers")
@@ -38,6 +38,8 @@ class HandlerSpec:
     grouped: bool = False
     max_batch: int | None = None
     transactional: bool = False
+    #: "never", "success" or "always"; None: the Worker's ``delete_on``.
+    delete_on: str | None = None
 
     @property
     def guarded(self) -> bool:
@@ -83,6 +85,7 @@ def build_spec(
     grouped: object = False,
     max_batch: object = None,
     transactional: object = False,
+    delete_on: object = None,
 ) -> HandlerSpec:
     """Validate one handler registration into a :class:`HandlerSpec`."""
     if not isinstance(job_type, str | JobType):
@@ -116,6 +119,11 @@ def build_spec(
     waits = _type_list(waits_for, f"waits_for of {name!r}")
     if name in waits:
         raise QueueConfigError(f"{name!r} cannot wait for itself: it would never run")
+    if delete_on is not None:
+        try:
+            check_delete_on(delete_on, f"delete_on of {name!r}")
+        except ValueError as exc:
+            raise QueueConfigError(str(exc)) from None
     return HandlerSpec(
         type=name,
         fn=fn,
@@ -127,6 +135,7 @@ def build_spec(
         grouped=is_grouped,
         max_batch=max_batch,
         transactional=is_transactional,
+        delete_on=delete_on if isinstance(delete_on, str) else None,
     )
 
 

@@ -40,8 +40,14 @@ import structlog
 from golemq_pg._errortext import error_text
 from golemq_pg._types import Resource
 from golemq_pg.errors import JobAborted
-from golemq_pg.store.port import ClaimRequest, TransactionalJobStore, TypeSlots
-from golemq_pg.worker.backoff import HandlerReturnedFalse, JobTimeout
+from golemq_pg.store.port import (
+    ClaimRequest,
+    LeaseRef,
+    ResultRef,
+    TransactionalJobStore,
+    TypeSlots,
+)
+from golemq_pg.worker.backoff import HandlerReturnedFalse, JobTimeout, encoded_result
 from golemq_pg.worker.events import TIMEOUT, JobEvent
 from golemq_pg.worker.handlers import HandlerSpec
 from golemq_pg.worker.units import FINISHED, RUNNING, Slot, Unit
@@ -134,6 +140,8 @@ class TransactionalPool:
         self._kick_supervisor = kick_supervisor
         self.type = spec.type
         self.lease_seconds = runtime.config.lease_seconds(spec.timeout)
+        #: delete_on "success" or "always": the completion deletes the row (same statement).
+        self._delete_succeeded = (spec.delete_on or runtime.config.delete_on) != "never"
         self.active: dict[str, Unit] = {}
         #: Set when a claim found nothing due; cleared when one found a job.
         self.empty = threading.Event()
@@ -314,7 +322,16 @@ class TransactionalPool:
             self._connections[unit.key] = conn
         try:
             result = self.spec.fn(event)
-            failure = HandlerReturnedFalse("handler returned False") if result is False else None
+            if result is None or result is True:
+                failure = None
+            elif result is False:
+                failure = HandlerReturnedFalse("handler returned False")
+            else:  # a rejected result rolls the handler's writes back and fails the job
+                found = encoded_result(result)
+                if isinstance(found, bytes):
+                    unit.result, failure = found, None
+                else:
+                    failure = found
         except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
             failure = exc
         finally:
@@ -332,7 +349,12 @@ class TransactionalPool:
             progress = event._progress_pending
             if progress is not None:
                 bound.job_progress(runtime.owner, unit.refs[0], progress)
-            return bound.job_complete_many(runtime.owner, list(unit.refs))
+            refs: list[LeaseRef] = list(unit.refs)
+            if unit.result is not None:
+                refs = [ResultRef(job.id, job.lease_token, unit.result)]
+            if self._delete_succeeded:
+                return bound.job_complete_many(runtime.owner, refs, delete_types=[job.type])
+            return bound.job_complete_many(runtime.owner, refs)
         except Exception as exc:  # noqa: BLE001 - roll the handler's writes back, then retry
             # An interrupt sent just as the handler returned can land on these writes.
             failure = self._timeout() if unit.signal.reason == TIMEOUT else exc

@@ -87,6 +87,7 @@ class Unit:
         "key",
         "lease_deadline",
         "pool",
+        "result",
         "settled",
         "signal",
         "slot",
@@ -115,6 +116,8 @@ class Unit:
         self.abandon_at: float | None = None
         #: A conservative local estimate of when the lease expires (monotonic clock).
         self.lease_deadline = lease_deadline
+        #: The handler's return value, encoded, to store as the job's result (None: none).
+        self.result: bytes | None = None
 
     @property
     def refs(self) -> tuple[LeaseRef, ...]:

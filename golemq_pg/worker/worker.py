@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import structlog
 
@@ -42,7 +42,7 @@ from golemq_pg._validation import to_seconds
 from golemq_pg.errors import QueueConfigError
 from golemq_pg.store.port import JobStore
 from golemq_pg.worker.blocked import BlockedReporter
-from golemq_pg.worker.completer import Completer, unblocked_by
+from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
 from golemq_pg.worker.config import WorkerConfig, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
 from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
@@ -69,6 +69,8 @@ log = structlog.get_logger("golemq_pg.worker")
 P = TypeVar("P", bound=Mapping[str, Any])
 R = TypeVar("R")
 H = TypeVar("H", bound=Callable[..., object])
+#: When a finished job's row is deleted (``delete_on``): never, after success, or always.
+DeleteOn = Literal["never", "success", "always"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,7 @@ class Worker:
         retention: Retention | None = None,
         observers: Sequence[LifecycleObserver] = (),
         retry_strategy: RetryStrategy | None = None,
+        delete_on: DeleteOn = "never",
     ) -> None:
         for verb in ("job_claim", "job_complete_many", "lease_renew", "open_listener"):
             if not callable(getattr(store, verb, None)):
@@ -162,6 +165,7 @@ class Worker:
             retention=retention,
             observers=observers,
             retry_strategy=retry_strategy,
+            delete_on=delete_on,
         )
         self._handlers = HandlerRegistry()
         self._state = "new"  # new -> running -> stopping -> stopped
@@ -206,6 +210,7 @@ class Worker:
         grouped: bool = ...,
         max_batch: int | None = ...,
         transactional: bool = ...,
+        delete_on: DeleteOn | None = ...,
     ) -> TypedHandler[P]: ...
 
     @overload
@@ -221,6 +226,7 @@ class Worker:
         grouped: bool = ...,
         max_batch: int | None = ...,
         transactional: bool = ...,
+        delete_on: DeleteOn | None = ...,
     ) -> Callable[[H], H]: ...
 
     def handler(
@@ -235,6 +241,7 @@ class Worker:
         grouped: bool = False,
         max_batch: int | None = None,
         transactional: bool = False,
+        delete_on: DeleteOn | None = None,
     ) -> Any:
         """Register the decorated function as the handler of ``job_type``.
 
@@ -245,7 +252,7 @@ class Worker:
             "concurrency": concurrency, "timeout": timeout,
             "serialize_by_scope": serialize_by_scope, "not_while_running": not_while_running,
             "waits_for": waits_for, "grouped": grouped, "max_batch": max_batch,
-            "transactional": transactional,
+            "transactional": transactional, "delete_on": delete_on,
         }
         # Validate the options before the function is known, so a bad option fails at the
         # decorator line.
@@ -327,6 +334,7 @@ class Worker:
         completer = Completer(
             store, owner, runtime.hub, unblocks=unblocked_by(runtime), hint=runtime.hint,
             wake=runtime.wake_claimer, max_items=max(cfg.batch_size or 0, 500),
+            deletes=delete_types(runtime),
         )
         outcomes = Outcomes(runtime, completer)
         supervisor = Supervisor(runtime, outcomes)

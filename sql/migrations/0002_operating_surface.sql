@@ -76,3 +76,24 @@ BEGIN
     PERFORM pg_notify(channel_name('done'), hint);
 END
 $$;
+
+-- The attempt history append every failing statement uses (job_retry_many, job_fail_many,
+-- the reaper): the history with one more {attempt, at, error, worker_id}, keeping the newest
+-- "keep" entries, oldest first. "at" is the statement's now(); worker_id is NULL when the
+-- reaper records the attempt.
+CREATE FUNCTION append_attempt_error(
+    history jsonb, attempt integer, error text, worker_id text, keep integer
+) RETURNS jsonb
+    LANGUAGE sql STABLE
+AS $$
+    SELECT jsonb_agg(kept.e ORDER BY kept.n)
+      FROM (SELECT a.e, a.n
+              FROM jsonb_array_elements(
+                       coalesce($1, '[]'::jsonb)
+                       || jsonb_build_array(jsonb_build_object(
+                              'attempt', $2, 'at', now(), 'error', coalesce($3, ''),
+                              'worker_id', $4)))
+                   WITH ORDINALITY AS a(e, n)
+             ORDER BY a.n DESC
+             LIMIT greatest($5, 1)) AS kept
+$$;

@@ -7,35 +7,150 @@
 
 
 -- name: job_complete_many
-UPDATE {schema}.jobs j
-   SET status = 'succeeded',
-       finished_at = now(),
-       updated_at = now(),
-       lease_owner = NULL,
-       lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
- WHERE j.id = t.id
-   AND j.lease_token = t.token
-   AND j.lease_owner = %(owner)s::text
-   AND j.status = 'running'
-RETURNING j.id
+-- The hot path: no result, nothing deleted. The ids that became SUCCEEDED are announced once
+-- per statement on the "done" channel (notify_jobs_done in 0002; the hint queue.wait()
+-- listens for). The "hint" CTE is joined so that it runs; it yields exactly one row.
+WITH done AS (
+    UPDATE {schema}.jobs j
+       SET status = 'succeeded',
+           finished_at = now(),
+           updated_at = now(),
+           lease_owner = NULL,
+           lease_expires_at = NULL
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
+     WHERE j.id = t.id
+       AND j.lease_token = t.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+    RETURNING j.id
+),
+hint AS (
+    SELECT {schema}.notify_jobs_done(array_agg(d.id)) FROM done d
+)
+SELECT d.id FROM done d CROSS JOIN hint
+
+
+-- name: job_complete_many_with_results
+-- job_complete_many storing each item's result (JSON text, or NULL for none): used only when
+-- a batch carries a result and no type of the worker deletes on success.
+WITH done AS (
+    UPDATE {schema}.jobs j
+       SET status = 'succeeded',
+           result = t.result::jsonb,
+           finished_at = now(),
+           updated_at = now(),
+           lease_owner = NULL,
+           lease_expires_at = NULL
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
+           AS t(id, token, result)
+     WHERE j.id = t.id
+       AND j.lease_token = t.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+    RETURNING j.id
+),
+hint AS (
+    SELECT {schema}.notify_jobs_done(array_agg(d.id)) FROM done d
+)
+SELECT d.id FROM done d CROSS JOIN hint
+
+
+-- name: job_complete_many_deleting
+-- RUNNING -> SUCCEEDED with each item's result (or NULL), except that the rows of a type in
+-- delete_types (delete_on "success" or "always") are deleted instead of updated, under the
+-- same fence: the held rows are locked first, so the delete and the update act on exactly
+-- the fenced rows. Returns the ids written either way and announces them once on "done".
+WITH item AS (
+    SELECT t.id, t.token, t.result
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
+           AS t(id, token, result)
+),
+held AS MATERIALIZED (
+    SELECT j.id, i.result, j.type = ANY(%(delete_types)s::text[]) AS remove
+      FROM {schema}.jobs j
+      JOIN item i ON i.id = j.id
+     WHERE j.lease_token = i.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+       FOR UPDATE OF j
+),
+removed AS (
+    DELETE FROM {schema}.jobs j
+     USING held h
+     WHERE j.id = h.id AND h.remove
+    RETURNING j.id
+),
+done AS (
+    UPDATE {schema}.jobs j
+       SET status = 'succeeded',
+           result = h.result::jsonb,
+           finished_at = now(),
+           updated_at = now(),
+           lease_owner = NULL,
+           lease_expires_at = NULL
+      FROM held h
+     WHERE j.id = h.id AND NOT h.remove
+    RETURNING j.id
+),
+finished AS (
+    SELECT r.id FROM removed r
+    UNION ALL
+    SELECT d.id FROM done d
+),
+hint AS (
+    SELECT {schema}.notify_jobs_done(array_agg(f.id)) FROM finished f
+)
+SELECT f.id FROM finished f CROSS JOIN hint
 
 
 -- name: job_fail_many
-UPDATE {schema}.jobs j
-   SET status = 'failed',
-       finished_at = now(),
-       updated_at = now(),
-       last_error = t.error,
-       lease_owner = NULL,
-       lease_expires_at = NULL
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[])
-       AS t(id, token, error)
- WHERE j.id = t.id
-   AND j.lease_token = t.token
-   AND j.lease_owner = %(owner)s::text
-   AND j.status = 'running'
-RETURNING j.id
+-- RUNNING -> FAILED (dead letter) with the last error, appended to the attempt history
+-- (append_attempt_error in 0002, the newest %(history)s kept). Rows of a type in
+-- delete_types (delete_on="always") are deleted instead, under the same fence. The ids
+-- written either way are announced once on the "done" channel.
+WITH item AS (
+    SELECT t.id, t.token, t.error
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[])
+           AS t(id, token, error)
+),
+held AS MATERIALIZED (
+    SELECT j.id, i.error, j.type = ANY(%(delete_types)s::text[]) AS remove
+      FROM {schema}.jobs j
+      JOIN item i ON i.id = j.id
+     WHERE j.lease_token = i.token
+       AND j.lease_owner = %(owner)s::text
+       AND j.status = 'running'
+       FOR UPDATE OF j
+),
+removed AS (
+    DELETE FROM {schema}.jobs j
+     USING held h
+     WHERE j.id = h.id AND h.remove
+    RETURNING j.id
+),
+failed AS (
+    UPDATE {schema}.jobs j
+       SET status = 'failed',
+           finished_at = now(),
+           updated_at = now(),
+           last_error = h.error,
+           errors = {schema}.append_attempt_error(
+               j.errors, j.attempts, h.error, j.lease_owner, %(history)s::int),
+           lease_owner = NULL,
+           lease_expires_at = NULL
+      FROM held h
+     WHERE j.id = h.id AND NOT h.remove
+    RETURNING j.id
+),
+finished AS (
+    SELECT r.id FROM removed r
+    UNION ALL
+    SELECT f.id FROM failed f
+),
+hint AS (
+    SELECT {schema}.notify_jobs_done(array_agg(f.id)) FROM finished f
+)
+SELECT f.id FROM finished f CROSS JOIN hint
 
 
 -- name: fragment_superseded
@@ -88,6 +203,8 @@ moved AS (
        SET status = 'pending',
            run_at = now() + make_interval(secs => h.delay),
            last_error = h.error,
+           errors = {schema}.append_attempt_error(
+               j.errors, j.attempts, h.error, j.lease_owner, %(history)s::int),
            attempts = CASE WHEN h.consume THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
            lease_owner = NULL,
            lease_expires_at = NULL,
@@ -198,6 +315,11 @@ moved AS (
            last_error = CASE
                WHEN e.exhausted THEN %(exhausted_error)s::text
                ELSE %(expired_error)s::text END,
+           errors = {schema}.append_attempt_error(
+               j.errors, j.attempts,
+               CASE WHEN e.exhausted THEN %(exhausted_error)s::text
+                    ELSE %(expired_error)s::text END,
+               NULL, %(history)s::int),
            lease_owner = NULL,
            lease_expires_at = NULL,
            updated_at = now()
@@ -205,7 +327,12 @@ moved AS (
      WHERE j.id = e.id AND NOT (e.superseded AND NOT e.exhausted)
     RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
               CASE WHEN e.exhausted THEN 'failed-terminal' ELSE 'reclaimed' END AS outcome
+),
+hint AS (
+    SELECT {schema}.notify_jobs_done(
+               array_agg(m.id) FILTER (WHERE m.outcome = 'failed-terminal')) FROM moved m
 )
 SELECT x.id, x.type, x.scope_type, x.scope_id, x.attempts, x.outcome, e.lease_owner
   FROM (SELECT * FROM dropped UNION ALL SELECT * FROM moved) x
   JOIN expired e ON e.id = x.id
+ CROSS JOIN hint

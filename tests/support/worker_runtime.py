@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from golemq_pg import InMemoryStore, Resource
-from golemq_pg.worker.completer import Completer, unblocked_by
+from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
 from golemq_pg.worker.config import build_config
 from golemq_pg.worker.execution import Executor
 from golemq_pg.worker.handlers import HandlerSpec
@@ -33,7 +33,7 @@ def bare_completer(runtime: Runtime) -> Completer:
     """The completer ``Worker`` wires to ``runtime`` (not started)."""
     return Completer(runtime.store, runtime.owner, runtime.hub,
                      unblocks=unblocked_by(runtime), hint=runtime.hint,
-                     wake=runtime.wake_claimer)
+                     wake=runtime.wake_claimer, deletes=delete_types(runtime))
 
 
 def bare_pool(runtime: Runtime, spec: HandlerSpec, *, batch_size: int | None) -> TypePool:

@@ -108,6 +108,16 @@ def loose(job: JobEvent[ExtractPayload]) -> None:
     job.payload["article_id"].upper()
 
 
+@worker.handler(ArticleExtract, delete_on="success")
+def extract_with_result(job: JobEvent[ExtractPayload]) -> dict[str, str]:
+    return {"url": job.payload["article_id"]}
+
+
+@worker.handler("loose.kept", delete_on="sometimes")  # expect: call-overload, untyped-decorator
+def kept(job: JobEvent[Any]) -> None:
+    del job
+
+
 extract(JobEvent(id="1", type="article.extract", payload={"article_id": "a1"}))
 extract(
     JobEvent(id="1", type="article.extract",

@@ -17,12 +17,14 @@ from golemq_pg import QueuePayloadError
 from golemq_pg._validation import (
     MAX_PAYLOAD_BYTES,
     check_aware,
+    check_delete_on,
     check_name,
     check_positive_int,
     check_schema,
     check_scope,
     encode_payload,
     encode_payloads,
+    encode_result,
     to_seconds,
 )
 
@@ -265,3 +267,49 @@ def test_aware_datetimes_only() -> None:
 def test_positive_ints(value: object) -> None:
     with pytest.raises(ValueError, match="max_attempts"):
         check_positive_int(value, "max_attempts")
+
+
+# -- results and delete_on ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "value", [{"a": [1, 2.5, None, True]}, [1, "x"], "text", 0, -3, 1.5, MappingProxyType({"k": 1})]
+)
+def test_json_safe_results_encode_as_json(value: object) -> None:
+    expected = dict(value) if isinstance(value, MappingProxyType) else value
+    assert orjson.loads(encode_result(value)) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "category"),
+    [
+        ({CANARY}, "sets are not JSON-safe"),
+        ([CANARY, b"raw"], "bytes are not JSON-safe"),
+        ({"k": CANARY, 1: 2}, "mapping key that is not a string"),
+        ([CANARY, math.inf], "non-finite float (NaN or infinity)"),
+        (CANARY + "\x00", "NUL character in a string"),
+        (object(), "values of type object are not JSON-safe"),
+    ],
+)
+def test_results_that_are_not_json_safe_name_the_problem_only(
+    value: object, category: str
+) -> None:
+    with pytest.raises(ValueError, match="result is not JSON-safe") as info:
+        encode_result(value)
+    assert str(info.value) == f"result is not JSON-safe: {category}"
+    assert CANARY not in str(info.value)
+
+
+def test_a_result_over_one_mebibyte_is_refused_with_its_size() -> None:
+    assert len(encode_result("x" * (MAX_PAYLOAD_BYTES - 2))) == MAX_PAYLOAD_BYTES
+    with pytest.raises(ValueError, match=r"^result is 1\.0 MiB \(1048577 bytes\), over the 1 MiB"):
+        encode_result(CANARY[:0] + "x" * (MAX_PAYLOAD_BYTES - 1))
+
+
+@pytest.mark.parametrize("value", ["never", "success", "always"])
+def test_delete_on_values(value: str) -> None:
+    assert check_delete_on(value, "delete_on") == value
+
+
+@pytest.mark.parametrize("value", ["", "Never", "sometimes", None, 1, True])
+def test_delete_on_rejects_anything_else(value: object) -> None:
+    with pytest.raises(ValueError, match="delete_on must be one of"):
+        check_delete_on(value, "delete_on")

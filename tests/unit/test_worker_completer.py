@@ -7,7 +7,8 @@ import threading
 from typing import Any
 
 from golemq_pg import InMemoryStore, JobEvent, Queue, Resource, Worker
-from golemq_pg.worker.completer import unblocked_by
+from golemq_pg.store.port import LeaseRef, ResultRef
+from golemq_pg.worker.completer import _result_chunks, delete_types, unblocked_by
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.runtime import Runtime
 from tests.support.worker_runtime import bare_completer, bare_runtime
@@ -102,3 +103,25 @@ def _run_until(worker: Worker, done: threading.Event) -> None:
         assert done.wait(30)
     finally:
         worker.stop()
+
+
+def test_large_results_are_written_in_statements_of_bounded_size() -> None:
+    big = b"1" * (1024 * 1024)
+    items: list[Any] = [ResultRef(str(i), 1, big) for i in range(20)]
+    chunks = _result_chunks(items)
+    assert [len(c) for c in chunks] == [8, 8, 4]
+    assert [item for chunk in chunks for item in chunk] == items
+    plain: list[Any] = [LeaseRef(str(i), 1) for i in range(2500)]
+    assert [len(c) for c in _result_chunks(plain)] == [1000, 1000, 500]
+
+
+def test_delete_on_of_the_handler_wins_over_the_worker() -> None:
+    runtime = bare_runtime(
+        handlers=(
+            build_spec("inherit", _noop),
+            build_spec("never", _noop, delete_on="never"),
+            build_spec("success", _noop, delete_on="success"),
+            build_spec("always", _noop, delete_on="always"),
+        )
+    )
+    assert delete_types(runtime) == (("success", "always"), ("always",))

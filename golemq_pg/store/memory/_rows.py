@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from golemq_pg._types import AttemptError, JobStatus, JobSummary, ScheduleSummary, Scope
-from golemq_pg.store.port import CancelFilter, FindParams, Notification
+from golemq_pg.store.port import HISTORY_LIMIT, CancelFilter, FindParams, Notification
 
 Progress = float | dict[str, Any]
 
@@ -59,6 +59,13 @@ class JobRow:
     #: The failed attempts, oldest first, at most port.HISTORY_LIMIT.
     errors: list[AttemptError] = field(default_factory=list)
     tags: tuple[str, ...] = ()
+
+    def record_attempt(self, error: str | None, worker_id: str | None, now: datetime) -> None:
+        """Append the failed attempt ``attempts`` to the history, keeping the newest
+        :data:`~golemq_pg.store.port.HISTORY_LIMIT` (``append_attempt_error`` in 0002)."""
+        self.errors.append(AttemptError(self.attempts, now, error or "", worker_id))
+        if len(self.errors) > HISTORY_LIMIT:
+            del self.errors[: len(self.errors) - HISTORY_LIMIT]
 
     def is_live(self, now: datetime) -> bool:
         """Running under a lease that has not expired: the only kind of row a guard sees."""

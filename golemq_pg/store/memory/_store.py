@@ -50,6 +50,7 @@ from golemq_pg.store.port import (
     NextTick,
     Notification,
     Reclaimed,
+    ResultRef,
     RetryItem,
     ScheduleParams,
 )
@@ -245,41 +246,65 @@ class InMemoryStore(RegistryVerbs, ControlVerbs):
                 held[row.id] = (row, item)
         return list(held.values())
 
-    def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
-        """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
+    def job_complete_many(
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        """RUNNING -> SUCCEEDED for leases still held (a :class:`ResultRef`'s result kept);
+        jobs of a type in ``delete_types`` are deleted instead. One "done" hint per call."""
         with self._lock:
             now = self._read_clock()
-            written = set()
-            for row, _ in self._held(owner, items):
-                self._jobs.finish(row, JobStatus.SUCCEEDED, now)
-                written.add(str(row.id))
-            return written
+            written: list[str] = []
+            for row, item in self._held(owner, items):
+                if row.type in delete_types:
+                    self._jobs.delete(row)
+                else:
+                    if isinstance(item, ResultRef):
+                        row.result = item.result
+                    self._jobs.finish(row, JobStatus.SUCCEEDED, now)
+                written.append(str(row.id))
+            self._announce_done(written)
+            return set(written)
 
-    def job_fail_many(self, owner: str, items: Sequence[FailItem]) -> set[str]:
-        """RUNNING -> FAILED (dead letter) with the last error."""
+    def job_fail_many(
+        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        """RUNNING -> FAILED (dead letter) with the last error, appended to the history;
+        jobs of a type in ``delete_types`` are deleted instead. One "done" hint per call."""
         with self._lock:
             now = self._read_clock()
-            written = set()
+            written: list[str] = []
             for row, item in self._held(owner, items):
                 assert isinstance(item, FailItem)  # noqa: S101 - _held returns the input items
-                row.last_error = item.error
-                self._jobs.finish(row, JobStatus.FAILED, now)
-                written.add(str(row.id))
-            return written
+                if row.type in delete_types:
+                    self._jobs.delete(row)
+                else:
+                    row.last_error = item.error
+                    row.record_attempt(item.error, row.lease_owner, now)
+                    self._jobs.finish(row, JobStatus.FAILED, now)
+                written.append(str(row.id))
+            self._announce_done(written)
+            return set(written)
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
-        """RUNNING -> PENDING after ``delay`` seconds; the attempt is refunded unless consumed."""
+        """RUNNING -> PENDING after ``delay`` seconds; the attempt is refunded unless consumed.
+        The attempt is appended to the history first."""
         with self._lock:
             now = self._read_clock()
             written = set()
             for row, item in self._held(owner, items):
                 assert isinstance(item, RetryItem)  # noqa: S101 - _held returns the input items
                 row.last_error = item.error
+                row.record_attempt(item.error, row.lease_owner, now)
                 if not item.consume_attempt:
                     row.attempts = max(row.attempts - 1, 0)
                 self._jobs.back_to_pending(row, now + timedelta(seconds=item.delay), now)
                 written.add(str(row.id))
             return written
+
+    def _announce_done(self, ids: Sequence[str]) -> None:
+        """Like ``notify_jobs_done``: one "done" notification naming the ids (lock held)."""
+        if ids:
+            self._publish(Notification("done", tuple(ids)))
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> PENDING due now, attempt refunded (claimed but never started)."""
@@ -334,14 +359,18 @@ class InMemoryStore(RegistryVerbs, ControlVerbs):
                 key=lambda r: (r.lease_expires_at or now, r.id),
             )[: max(limit, 0)]
             recovered = []
+            dead: list[str] = []
             for row in expired:
                 owner = row.lease_owner
                 if row.attempts >= row.max_attempts:
                     row.last_error = LEASE_EXHAUSTED_ERROR
+                    row.record_attempt(LEASE_EXHAUSTED_ERROR, None, now)
                     self._jobs.finish(row, JobStatus.FAILED, now)
                     exhausted = True
+                    dead.append(str(row.id))
                 else:
                     row.last_error = LEASE_EXPIRED_ERROR
+                    row.record_attempt(LEASE_EXPIRED_ERROR, None, now)
                     self._jobs.back_to_pending(row, now, now)
                     exhausted = False
                 recovered.append(
@@ -354,6 +383,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs):
                         lease_owner=owner,
                     )
                 )
+            self._announce_done(dead)
             return recovered
 
     # -- inspection and administration -----------------------------------------------------

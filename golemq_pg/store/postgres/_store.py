@@ -28,6 +28,7 @@ from psycopg_pool import ConnectionPool
 from golemq_pg._types import JobStatus, JobSummary
 from golemq_pg._validation import check_schema
 from golemq_pg.store.port import (
+    HISTORY_LIMIT,
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
     ClaimedJob,
@@ -40,6 +41,7 @@ from golemq_pg.store.port import (
     LeaseRef,
     Listener,
     Reclaimed,
+    ResultRef,
     RetryItem,
 )
 from golemq_pg.store.postgres import _rows as rows
@@ -308,11 +310,28 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         except (psycopg.Error, OSError) as exc:
             log.info("transactional_interrupt_failed", error=type(exc).__name__)
 
-    def job_complete_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
-        """RUNNING -> SUCCEEDED for leases still held; returns the ids written."""
+    def job_complete_many(
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        """RUNNING -> SUCCEEDED for leases still held; returns the ids written.
+
+        Without a result in the batch and without ``delete_types`` this is the hot-path
+        statement; with results, its variant that stores them; with ``delete_types``, the
+        variant that also deletes (``delete_on``).
+        """
         if not items:
             return set()
-        return self._write_ids("job_complete_many", rows.lease_args(owner, items))
+        args = rows.lease_args(owner, items)
+        if not delete_types and not any(isinstance(i, ResultRef) for i in items):
+            return self._write_ids("job_complete_many", args)  # the hot path
+        args["results"] = [
+            i.result.decode() if isinstance(i, ResultRef) and i.result is not None else None
+            for i in items
+        ]
+        if delete_types:
+            args["delete_types"] = list(delete_types)
+            return self._write_ids("job_complete_many_deleting", args)
+        return self._write_ids("job_complete_many_with_results", args)
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
@@ -322,14 +341,19 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         args["delays"] = [float(i.delay) for i in items]
         args["errors"] = [i.error for i in items]
         args["consume"] = [bool(i.consume_attempt) for i in items]
+        args["history"] = HISTORY_LIMIT
         return self._write_ids("job_retry_many", args)
 
-    def job_fail_many(self, owner: str, items: Sequence[FailItem]) -> set[str]:
-        """RUNNING -> FAILED (dead letter)."""
+    def job_fail_many(
+        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        """RUNNING -> FAILED (dead letter); types in ``delete_types`` are deleted instead."""
         if not items:
             return set()
         args = rows.lease_args(owner, items)
         args["errors"] = [i.error for i in items]
+        args["delete_types"] = list(delete_types)
+        args["history"] = HISTORY_LIMIT
         return self._write_ids("job_fail_many", args)
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
@@ -358,6 +382,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             "limit": limit,
             "expired_error": LEASE_EXPIRED_ERROR,
             "exhausted_error": LEASE_EXHAUSTED_ERROR,
+            "history": HISTORY_LIMIT,
         }
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
