@@ -429,3 +429,43 @@ def test_close_ends_waits_in_progress_and_leaves_no_connection(
                what="no connection left after close()")
     with pytest.raises(RuntimeError, match="closed"):
         queue.wait(job_id, timeout=1)
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed", "deleted"])
+def test_a_workers_completion_hint_wakes_the_waiter_promptly(
+    pg_dsn: str, schema: str, app_store: PostgresStore, monkeypatch: pytest.MonkeyPatch,
+    outcome: str,
+) -> None:
+    """End to end: the completing statement's ``done`` hint (not the poll, a minute here)
+    ends the wait, for a success with a result, a dead letter and a ``delete_on`` delete."""
+    monkeypatch.setattr(_waiters, "POLL_INTERVAL", LONG_POLL)
+    worker_store = PostgresStore.connect(pg_dsn, schema=schema, application_name=_app_name())
+    worker = fast_worker(worker_store)
+    gate = threading.Event()
+
+    @worker.handler("t", delete_on="success" if outcome == "deleted" else "never")
+    def finish(job: JobEvent[Any]) -> dict[str, str]:
+        assert gate.wait(30)
+        if outcome == "failed":
+            raise TerminalJobError("no")
+        return {"url": "s3://r1"}
+
+    queue = Queue(app_store)
+    job_id = add_job(queue, "t", {})
+    try:
+        with worker:
+            waiting = Waiting(queue, job_id)
+            assert waiting.still_blocked()
+            released = time.monotonic()
+            gate.set()
+            got = waiting.outcome(timeout=30)
+    finally:
+        worker_store.close()
+    assert waiting.returned_at is not None
+    assert waiting.returned_at - released < PROMPT
+    if outcome == "deleted":
+        assert isinstance(got, LookupError), got
+    elif outcome == "failed":
+        assert (got.status, got.last_error) == (JobStatus.FAILED, "TerminalJobError: no")
+    else:
+        assert (got.status, got.result) == (JobStatus.SUCCEEDED, {"url": "s3://r1"})
