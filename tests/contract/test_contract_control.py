@@ -12,12 +12,10 @@ import pytest
 
 from golemq_pg._types import JobStatus, Resource
 from golemq_pg.store.port import (
-    ClaimRequest,
     FailItem,
     JobStore,
     Listener,
     RetryItem,
-    TransactionalJobStore,
 )
 from tests.support.store_port import SHORT_LEASE, add, claim, ids, refs, slots
 
@@ -58,21 +56,6 @@ def test_a_paused_type_is_claimed_by_no_path_and_not_reported_blocked(
     assert store.type_resume("a") is True
     assert set(ids(claim(store, slots("a", **guards)))) <= set(job_ids)
     assert {store.job_get(i).status for i in job_ids} >= {JobStatus.RUNNING}  # type: ignore[union-attr]
-
-
-@pytest.mark.parametrize("path", ["fast", "serialize_by_scope", "not_while_running"])
-def test_a_paused_type_gets_no_transactional_claim(store: JobStore, path: str) -> None:
-    if not isinstance(store, TransactionalJobStore):
-        pytest.skip("transactional claims are PostgreSQL's (InMemoryStore refuses them)")
-    job_id = add(store, "a", scope=("s", "1"))
-    request = ClaimRequest("w1", [slots("a", limit=1, **CLAIM_PATHS[path])])
-    store.type_pause("a", None)
-    with store.job_claim_transactional(request) as got:
-        assert got is None
-    store.type_resume("a")
-    with store.job_claim_transactional(request) as got:
-        assert got is not None
-        assert got[0].id == job_id
 
 
 def test_a_paused_type_in_a_resource_pool_is_not_claimed(store: JobStore) -> None:

@@ -21,8 +21,9 @@ from golemq_pg import (
     RetryableJobError,
     Worker,
 )
-from golemq_pg.store.port import FindParams
+from golemq_pg.store.port import ClaimRequest, FindParams
 from tests.support.ledgers import effects, effects_table, job_rows
+from tests.support.store_port import add, slots
 from tests.support.waiting import wait_until
 from tests.support.workers import kill_leftovers, spawn, stop_gracefully, worker_config
 
@@ -202,3 +203,22 @@ def test_run_until_empty_with_scheduled_runs_a_transactional_types_parked_jobs(
     worker.run_until_empty(timeout=60, with_scheduled=True)
     assert sorted(ran) == sorted(job_ids)
     assert all(pg_store.job_get(i).status is JobStatus.SUCCEEDED for i in job_ids)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("guards", [{}, {"serialize_by_scope": True},
+                                    {"not_while_running": ("other",)}],
+                         ids=["fast", "serialize_by_scope", "not_while_running"])
+def test_a_paused_type_gets_no_transactional_claim(
+    pg_store: PostgresStore, guards: dict[str, Any]
+) -> None:
+    """Transactional claims are PostgreSQL's only (InMemoryStore refuses them)."""
+    store = pg_store
+    job_id = add(store, "a", scope=("s", "1"))
+    request = ClaimRequest("w1", [slots("a", limit=1, **guards)])
+    store.type_pause("a", None)
+    with store.job_claim_transactional(request) as got:
+        assert got is None
+    store.type_resume("a")
+    with store.job_claim_transactional(request) as got:
+        assert got is not None
+        assert got[0].id == job_id
