@@ -1,8 +1,9 @@
 """What a settled unit's result becomes: complete, retry, fail or release, for the completer.
 
-Outcomes (API.md): returning normally or ``True`` succeeds; ``False`` and any exception are
-retried with backoff until ``max_attempts`` (``BaseException`` included: a
-``KeyboardInterrupt`` raised by a handler fails its attempt, not the worker);
+Outcomes (README.md, "Consuming jobs"): returning normally or ``True`` succeeds (another
+JSON-safe value is stored as the result); ``False`` and any exception are retried with
+backoff until ``max_attempts`` (``BaseException`` included: a ``KeyboardInterrupt`` raised
+by a handler fails its attempt, not the worker);
 ``TerminalJobError`` fails now; ``RetryableJobError`` retries with its own floor and attempt
 rule. After the signal fired, the reason decides: a timed-out attempt fails whatever the
 handler returned; a shutdown-aborted one that did not succeed is released (attempt

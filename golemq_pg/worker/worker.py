@@ -1,7 +1,7 @@
 """The public ``Worker``: register handlers, then ``run()``, ``start()``/``stop()`` or
 ``run_until_empty()``.
 
-A started worker runs these threads (DESIGN.md, "Threads, not asyncio"): one claim loop,
+A started worker runs these threads (ARCHITECTURE.md, "Threads of a worker"): one claim loop,
 ``concurrency`` handler threads per type, one completion flusher, one lease renewer, one
 supervisor (timeouts, aborts, abandoned handlers), one listener (unless ``notify=False``)
 and one maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an
@@ -110,7 +110,7 @@ class TypedHandler(Generic[P]):
 class Worker:
     """Claims jobs from a :class:`~golemq_pg.store.port.JobStore` and runs their handlers.
 
-    Every option is validated here (``QueueConfigError``); see API.md for their meaning.
+    Every option is validated here (``QueueConfigError``); README.md documents their meaning.
     Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
     lease_grace`` written once at claim, and a type without one gets ``lease_grace``
     renewed every ``lease_grace / 3`` while it runs (so long jobs are never reaped while
