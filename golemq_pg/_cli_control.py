@@ -61,42 +61,42 @@ def _queue(store: Any) -> Any:
 def register(group: click.Group, db_options: DbOptions, open_store: OpenStore) -> None:
     """Add the control commands to ``group``."""
 
+    def one_job(job_id: str, act: Callable[[Any, str], bool], refused: str, done: str) -> None:
+        # retry / run-now / cancel: one fenced verb on one job; "{id}" in the texts.
+        checked = _job_id(job_id)
+        with open_store(click.get_current_context()) as store:
+            changed = act(_queue(store), checked)
+        if not changed:
+            raise NotChanged(refused.format(id=checked))
+        click.echo(done.format(id=checked))
+
     @group.command("retry")
     @db_options
     @click.argument("job_id", metavar="ID")
     def retry(job_id: str) -> None:
         """Move one dead letter (FAILED) back to PENDING, due now, attempts reset."""
-        checked = _job_id(job_id)
-        with open_store(click.get_current_context()) as store:
-            done = _queue(store).retry(checked)
-        if not done:
-            raise NotChanged(f"not retried: job {checked} is not FAILED (or does not exist)")
-        click.echo(f"job {checked} moved back to pending")
+        one_job(job_id, lambda queue, job: queue.retry(job),
+                "not retried: job {id} is not FAILED (or does not exist)",
+                "job {id} moved back to pending")
 
     @group.command("run-now")
     @db_options
     @click.argument("job_id", metavar="ID")
     def run_now(job_id: str) -> None:
         """Make one PENDING job parked in the future (scheduled, backoff) due now."""
-        checked = _job_id(job_id)
-        with open_store(click.get_current_context()) as store:
-            done = _queue(store).run_now(checked)
-        if not done:
-            raise NotChanged(f"not changed: job {checked} is not pending with a future run "
-                             "time (already due, running, finished or unknown)")
-        click.echo(f"job {checked} is due now")
+        one_job(job_id, lambda queue, job: queue.run_now(job),
+                "not changed: job {id} is not pending with a future run time (already due, "
+                "running, finished or unknown)",
+                "job {id} is due now")
 
     @group.command("cancel")
     @db_options
     @click.argument("job_id", metavar="ID")
     def cancel(job_id: str) -> None:
         """Cancel one pending or running job (a running handler is aborted)."""
-        checked = _job_id(job_id)
-        with open_store(click.get_current_context()) as store:
-            done = _queue(store).cancel(checked)
-        if not done:
-            raise NotChanged(f"not cancelled: job {checked} is not pending or running")
-        click.echo(f"job {checked} cancelled")
+        one_job(job_id, lambda queue, job: queue.cancel(job),
+                "not cancelled: job {id} is not pending or running",
+                "job {id} cancelled")
 
     @group.command("pause")
     @db_options
