@@ -372,10 +372,14 @@ class JobStore(Protocol):
     def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
         """Extend the given held leases to now() + seconds; returns the ids renewed."""
 
-    def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
+    def lease_recover_expired(
+        self, limit: int = 500, delete_types: Sequence[str] = ()
+    ) -> list[Reclaimed]:
         """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget;
         either way the attempt is appended to the history (``worker_id`` None), and the
-        dead-lettered ids are announced with one "done" hint."""
+        dead-lettered ids are announced with one "done" hint. A dead-lettered job of a type
+        in ``delete_types`` (``delete_on="always"``) is deleted instead, still reported as
+        ``failed-terminal``."""
 
     def lease_held(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """Which of these leases this owner still holds (the reconcile pass)."""

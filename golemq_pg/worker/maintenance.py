@@ -48,6 +48,7 @@ from golemq_pg.store.port import (
     DueSchedule,
     WorkerBeat,
 )
+from golemq_pg.worker.completer import delete_types
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
@@ -214,8 +215,10 @@ class Maintenance(Service):
     def reap(self) -> None:
         """Recover expired leases (anyone's); report them to observers."""
         runtime = self.runtime
+        # delete_on="always" of this worker's handlers holds for the jobs it dead-letters too.
+        erase = delete_types(runtime)[1]
         while True:
-            recovered = runtime.store.lease_recover_expired(REAP_LIMIT)
+            recovered = runtime.store.lease_recover_expired(REAP_LIMIT, erase)
             if not recovered:
                 return
             failed = [r for r in recovered if r.outcome == "failed-terminal"]

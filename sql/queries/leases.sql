@@ -289,7 +289,10 @@ RETURNING j.id
 -- within budget the job is due again now; past it, it is dead-lettered without running
 -- again. A keyed job superseded by a PENDING replacement is deleted. The last_error texts
 -- arrive as parameters (golemq_pg.store.port.LEASE_EXPIRED_ERROR / LEASE_EXHAUSTED_ERROR),
--- so the two stores and the worker share one definition of them.
+-- so the two stores and the worker share one definition of them. A dead-lettered job of a
+-- type in delete_types (the reaping worker's handlers with delete_on "always") is deleted
+-- instead of kept as FAILED, as its completion would have been; it is still reported as
+-- failed-terminal and announced on the "done" channel.
 WITH expired AS MATERIALIZED (
     SELECT j.id, j.lease_owner,
            j.attempts >= j.max_attempts AS exhausted,
@@ -306,6 +309,13 @@ dropped AS (
      USING expired e
      WHERE j.id = e.id AND e.superseded AND NOT e.exhausted
     RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts, 'reclaimed'::text AS outcome
+),
+erased AS (
+    DELETE FROM {schema}.jobs j
+     USING expired e
+     WHERE j.id = e.id AND e.exhausted AND j.type = ANY(%(delete_types)s::text[])
+    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
+              'failed-terminal'::text AS outcome
 ),
 moved AS (
     UPDATE {schema}.jobs j
@@ -325,14 +335,17 @@ moved AS (
            updated_at = now()
       FROM expired e
      WHERE j.id = e.id AND NOT (e.superseded AND NOT e.exhausted)
+       AND NOT (e.exhausted AND j.type = ANY(%(delete_types)s::text[]))
     RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
               CASE WHEN e.exhausted THEN 'failed-terminal' ELSE 'reclaimed' END AS outcome
 ),
 hint AS (
-    SELECT {schema}.notify_jobs_done(
-               array_agg(m.id) FILTER (WHERE m.outcome = 'failed-terminal')) FROM moved m
+    SELECT {schema}.notify_jobs_done(array_agg(t.id))
+      FROM (SELECT m.id FROM moved m WHERE m.outcome = 'failed-terminal'
+            UNION ALL
+            SELECT r.id FROM erased r) t
 )
 SELECT x.id, x.type, x.scope_type, x.scope_id, x.attempts, x.outcome, e.lease_owner
-  FROM (SELECT * FROM dropped UNION ALL SELECT * FROM moved) x
+  FROM (SELECT * FROM dropped UNION ALL SELECT * FROM erased UNION ALL SELECT * FROM moved) x
   JOIN expired e ON e.id = x.id
  CROSS JOIN hint

@@ -164,3 +164,19 @@ def test_delete_types_delete_dead_letters_in_the_failure(store: JobStore) -> Non
     assert summary is not None
     assert summary.status is JobStatus.FAILED
     assert [e.error for e in summary.errors] == ["E: x"]
+
+
+def test_delete_types_delete_the_dead_letters_the_reaper_makes(store: JobStore) -> None:
+    kept = add(store, "keep", max_attempts=1)
+    gone = add(store, "drop", max_attempts=1)
+    revived = add(store, "drop", max_attempts=2)
+    claimed = claim(store, slots("keep", lease=SHORT_LEASE), slots("drop", lease=SHORT_LEASE),
+                    owner="lost")
+    assert len(claimed) == 3
+    recovered = wait_until(lambda: store.lease_recover_expired(delete_types=["drop"]))
+    assert {(r.id, r.outcome) for r in recovered} == {
+        (kept, "failed-terminal"), (gone, "failed-terminal"), (revived, "reclaimed")}
+    assert store.job_get(gone) is None
+    statuses = {job_id: getattr(store.job_get(job_id), "status", None)
+                for job_id in (kept, revived)}
+    assert statuses == {kept: JobStatus.FAILED, revived: JobStatus.PENDING}

@@ -284,6 +284,20 @@ def test_a_handler_delete_on_overrides_the_worker(store: Any) -> None:
     assert dead.status is JobStatus.FAILED
 
 
+def test_delete_on_always_deletes_the_dead_letters_its_reaper_makes(store: Any) -> None:
+    rec = Recorder()
+    worker = _delete_on_worker(store, rec, delete_on="always")
+    gone = add(store, "bad", max_attempts=1)  # claimed by a worker that dies with it
+    claim(store, slots("bad", lease=SHORT_LEASE), owner="crashed")
+    worker.start()
+    try:
+        wait_until(lambda: rec.of("failed-terminal"), timeout=10)
+    finally:
+        worker.stop()
+    assert [t.job_id for t in rec.of("failed-terminal")] == [gone]
+    assert store.job_get(gone) is None
+
+
 def test_delete_on_with_a_transactional_handler(pg_store: PostgresStore) -> None:
     queue = Queue(pg_store)
     worker = Worker(pg_store, poll_interval=0.05)

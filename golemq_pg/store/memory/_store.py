@@ -346,8 +346,11 @@ class InMemoryStore(RegistryVerbs, ControlVerbs):
             row.updated_at = now
             return True
 
-    def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
-        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
+    def lease_recover_expired(
+        self, limit: int = 500, delete_types: Sequence[str] = ()
+    ) -> list[Reclaimed]:
+        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget
+        (deleted instead for a type in ``delete_types``)."""
         with self._lock:
             now = self._read_clock()
             expired = sorted(
@@ -365,7 +368,10 @@ class InMemoryStore(RegistryVerbs, ControlVerbs):
                 if row.attempts >= row.max_attempts:
                     row.last_error = LEASE_EXHAUSTED_ERROR
                     row.record_attempt(LEASE_EXHAUSTED_ERROR, None, now)
-                    self._jobs.finish(row, JobStatus.FAILED, now)
+                    if row.type in delete_types:
+                        self._jobs.delete(row)
+                    else:
+                        self._jobs.finish(row, JobStatus.FAILED, now)
                     exhausted = True
                     dead.append(str(row.id))
                 else:

@@ -376,10 +376,14 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             return set()
         return {str(row[0]) for row in self._fetch("lease_held", rows.lease_args(owner, items))}
 
-    def lease_recover_expired(self, limit: int = 500) -> list[Reclaimed]:
-        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget."""
+    def lease_recover_expired(
+        self, limit: int = 500, delete_types: Sequence[str] = ()
+    ) -> list[Reclaimed]:
+        """Reaper: expired RUNNING leases go back to PENDING, or FAILED past their budget
+        (deleted instead for a type in ``delete_types``)."""
         args = {
             "limit": limit,
+            "delete_types": list(delete_types),
             "expired_error": LEASE_EXPIRED_ERROR,
             "exhausted_error": LEASE_EXHAUSTED_ERROR,
             "history": HISTORY_LIMIT,
