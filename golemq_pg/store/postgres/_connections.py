@@ -13,9 +13,10 @@ connection and transaction helpers, the retried fenced write); the verb groups o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 import structlog
@@ -23,10 +24,16 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from golemq_pg.store.postgres._claim import Claimer
+from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
+from golemq_pg.store.postgres._plans import channels as plan_channels
+from golemq_pg.store.postgres._run_sync import run_plan
 from golemq_pg.store.postgres._sql import Queries, queries_for
 from golemq_pg.store.postgres._waiters import JobWaiters
 
 log = structlog.get_logger("golemq_pg.store.postgres")
+
+R = TypeVar("R")
+P = ParamSpec("P")
 
 #: Transient conflicts a fenced, idempotent batch write may simply run again: a deadlock
 #: with a concurrent cancel, or a unique-index race with a concurrent "replace" enqueue.
@@ -39,7 +46,7 @@ WRITE_ATTEMPTS = 3
 # minute the pool could stay empty for another minute although the server was back, and the
 # worker would sit alive but idle. Giving up after a few seconds and starting over at once
 # (_keep_reconnecting) caps the gap between attempts at 4 s.
-_RECONNECT_TIMEOUT = 5.0
+RECONNECT_TIMEOUT = 5.0
 
 
 def _keep_reconnecting(pool: ConnectionPool[Any]) -> None:
@@ -54,20 +61,17 @@ def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
 
-def open_pool(
-    dsn: str,
+def connection_kwargs(
     *,
-    schema: str,
-    min_size: int,
-    max_size: int,
     statement_timeout: float,
     lock_timeout: float,
     idle_in_transaction_session_timeout: float,
     application_name: str,
-) -> ConnectionPool[Any]:
-    """An open pool of autocommit connections to ``dsn`` with the store's session settings.
+) -> dict[str, Any]:
+    """The options of every connection a store opens (``PostgresStore.connect`` and
+    ``AsyncPostgresStore.connect`` alike): autocommit, and the session settings at start-up.
 
-    Timeouts are seconds (0 disables), set on every connection at start-up.
+    Timeouts are seconds (0 disables). The one place connection options are decided.
     """
     options = " ".join(
         (
@@ -83,14 +87,21 @@ def open_pool(
             + str(_ms(idle_in_transaction_session_timeout)),
         )
     )
+    return {"autocommit": True, "options": options, "application_name": application_name}
+
+
+def open_pool(
+    dsn: str, *, schema: str, min_size: int, max_size: int, kwargs: dict[str, Any]
+) -> ConnectionPool[Any]:
+    """An open pool of connections to ``dsn`` made with ``kwargs`` (:func:`connection_kwargs`)."""
     return ConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, "options": options, "application_name": application_name},
+        kwargs=kwargs,
         name="golemq-" + schema,
         open=True,
-        reconnect_timeout=_RECONNECT_TIMEOUT,
+        reconnect_timeout=RECONNECT_TIMEOUT,
         reconnect_failed=_keep_reconnecting,
     )
 
@@ -98,9 +109,7 @@ def open_pool(
 class Shared:
     """State shared by a store and the connection-bound stores derived from it."""
 
-    __slots__ = (
-        "channels", "claimer", "dsn", "owns_pool", "pool", "queries", "schema", "waiters"
-    )
+    __slots__ = ("claimer", "ctx", "dsn", "owns_pool", "pool", "queries", "schema", "waiters")
 
     def __init__(
         self,
@@ -116,7 +125,8 @@ class Shared:
         self.owns_pool = owns_pool
         self.queries: Queries = queries_for(schema)
         self.claimer = Claimer(self.queries, schema, rate_window)
-        self.channels: tuple[str, str] | None = None
+        # What the verbs written as plans need (shared with AsyncPostgresStore's plans).
+        self.ctx = PlanContext(self.queries, schema, queue_identity(pool.conninfo, schema))
         # queue.wait(): no thread or connection until the first wait.
         self.waiters = JobWaiters(pool, self.queries, lambda: self.dsn)
 
@@ -195,8 +205,22 @@ class StoreConnections:
 
     def channels(self) -> tuple[str, str]:
         """The NOTIFY channel names (jobs, cancel) of this schema, fetched once."""
-        found = self._shared.channels
-        if found is None:
-            row = self._fetch("channel_names")[0]
-            found = self._shared.channels = (row[0], row[1])
-        return found
+        return self._run(plan_channels(self._shared.ctx))
+
+    def _run(self, plan: Plan[R]) -> R:
+        """Run a verb's plan (see ``_plans``) on this store's connection for one verb."""
+        return run_plan(self._connection, plan, self._bound is None)
+
+
+def sync_verb(
+    plan: Callable[Concatenate[PlanContext, P], Plan[R]],
+) -> Callable[Concatenate[StoreConnections, P], R]:
+    """A store method running ``plan`` with the store's context and the caller's arguments
+    (its name, docstring and signature are the plan's)."""
+
+    def verb(self: StoreConnections, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return run_plan(
+            self._connection, plan(self._shared.ctx, *args, **kwargs), self._bound is None
+        )
+
+    return functools.wraps(plan)(verb)

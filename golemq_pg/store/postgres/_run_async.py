@@ -1,0 +1,84 @@
+"""The asyncio executor of plans (see ``_plans``): each step on a ``psycopg.AsyncConnection``.
+
+Used by ``AsyncPostgresStore``; ``_run_sync`` is the same executor for
+``psycopg.Connection``. Only how one step is executed lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
+
+import psycopg
+
+from golemq_pg.store.postgres._plans import (
+    Atomic,
+    CopyIn,
+    Count,
+    Done,
+    Plan,
+    Rows,
+    advance,
+    ours,
+    start,
+)
+
+R = TypeVar("R")
+AsyncConnection = psycopg.AsyncConnection[Any]
+
+
+async def run_plan_async(
+    connection: Callable[[], AbstractAsyncContextManager[AsyncConnection]],
+    plan: Plan[R],
+    owned: bool,
+) -> R:
+    """Run ``plan`` to its end on a connection from ``connection()`` (taken only once the plan
+    asks for its first statement); ``owned`` as for ``_run_sync.run_plan``."""
+    step = start(plan)
+    if type(step) is not Done:
+        async with connection() as conn:
+            step = await _drive(conn, plan, step, owned)
+    value: R = step.value
+    return value
+
+
+async def _drive(conn: AsyncConnection, plan: Plan[Any], step: Any, owned: bool) -> Done:
+    while type(step) is not Done:
+        try:
+            result = await _execute(conn, step, owned)
+        except Exception as exc:  # noqa: BLE001 - thrown into the plan, which decides
+            step = advance(plan, error=exc)
+        else:
+            step = advance(plan, result)
+    return step
+
+
+async def _execute(conn: AsyncConnection, step: Any, owned: bool) -> Any:
+    kind = type(step)
+    if kind is Rows:
+        cursor = await conn.execute(step.query, step.params)
+        return await cursor.fetchall()
+    if kind is Count:
+        return (await conn.execute(step.query, step.params)).rowcount
+    if kind is CopyIn:
+        async with conn.cursor() as cur, cur.copy(step.query) as copy:
+            await copy.write(step.data)
+        return None
+    if kind is Atomic:
+        return await _atomic(conn, step.plan, owned)
+    # IN_TRANSACTION
+    return not conn.autocommit
+
+
+async def _atomic(conn: AsyncConnection, plan: Plan[Any], owned: bool) -> Any:
+    """A sub-plan in one transaction: ours (see ``_plans.ours``), else the caller's."""
+    step = start(plan)
+    if type(step) is Done:
+        return step.value
+    if ours(conn.autocommit, owned, conn.info.transaction_status):
+        async with conn.transaction():
+            step = await _drive(conn, plan, step, owned)
+    else:
+        step = await _drive(conn, plan, step, owned)
+    return step.value
