@@ -21,8 +21,16 @@ from psycopg import errors as pg_errors
 from golemq_pg import _local
 from golemq_pg.store.port import CancelFilter, CancelledJob
 from golemq_pg.store.postgres import _rows as rows
-from golemq_pg.store.postgres._connections import WRITE_ATTEMPTS, StoreConnections
-from golemq_pg.store.postgres._plans import Atomic, Count, Plan, PlanContext, Rows, channels
+from golemq_pg.store.postgres._connections import WRITE_ATTEMPTS, StoreConnections, sync_verb
+from golemq_pg.store.postgres._plans import (
+    OWNED,
+    Atomic,
+    Count,
+    Plan,
+    PlanContext,
+    Rows,
+    channels,
+)
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
@@ -48,12 +56,11 @@ _BY_KEYS = _CancelStatements("job_cancel_keys", "job_cancel_pending_keys", "job_
 
 
 def job_cancel(
-    ctx: PlanContext, selector: CancelFilter, reason: str | None, *, bound: bool = False
+    ctx: PlanContext, selector: CancelFilter, reason: str | None
 ) -> Plan[list[CancelledJob]]:
     """Delete matching live jobs; NOTIFY the ids of running ones on the cancel channel.
 
-    ``reason`` is for the caller's own signalling; it is not stored or sent. ``bound``: the
-    statements run in a caller's transaction (``with_connection``).
+    ``reason`` is for the caller's own signalling; it is not stored or sent.
 
     Rows held by transactional handlers (an open claim transaction locks the row): the
     DELETE first waits for row locks only briefly; if that runs out, the rows of the
@@ -79,6 +86,7 @@ def job_cancel(
         name = statements.delete
         args["pending_only"] = False
     cancel_channel = (yield from channels(ctx))[1]
+    bound = not (yield OWNED)  # a caller's connection (``with_connection``)
     # Not inside a caller's transaction: a lock timeout would abort it, and an
     # announcement would only be delivered at its commit. There the DELETE just waits.
     brief = not selector.pending_only and not bound
@@ -141,10 +149,6 @@ def _announce_locked(
 
 
 class CancelVerbs(StoreConnections):
-    """``job_cancel`` (see the module docstring)."""
+    """``job_cancel`` (see the module docstring; a plan shared with AsyncPostgresStore)."""
 
-    def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
-        """Delete matching live jobs (see :func:`job_cancel`, the plan it runs)."""
-        return self._run(
-            job_cancel(self._shared.ctx, selector, reason, bound=self._bound is not None)
-        )
+    job_cancel = sync_verb(job_cancel)

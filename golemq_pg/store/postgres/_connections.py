@@ -90,19 +90,24 @@ def connection_kwargs(
     return {"autocommit": True, "options": options, "application_name": application_name}
 
 
-def open_pool(
-    dsn: str, *, schema: str, min_size: int, max_size: int, kwargs: dict[str, Any]
-) -> ConnectionPool[Any]:
-    """An open pool of connections to ``dsn`` made with ``kwargs`` (:func:`connection_kwargs`)."""
+def pool_options(
+    *, schema: str, min_size: int, max_size: int, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The options of the pool a store owns (``ConnectionPool`` and ``AsyncConnectionPool``
+    alike), its connections made with ``kwargs`` (:func:`connection_kwargs`)."""
+    return {
+        "min_size": min_size,
+        "max_size": max_size,
+        "kwargs": kwargs,
+        "name": "golemq-" + schema,
+        "reconnect_timeout": RECONNECT_TIMEOUT,
+    }
+
+
+def open_pool(dsn: str, **options: Any) -> ConnectionPool[Any]:
+    """An open pool to ``dsn`` with :func:`pool_options` ``options``."""
     return ConnectionPool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs=kwargs,
-        name="golemq-" + schema,
-        open=True,
-        reconnect_timeout=RECONNECT_TIMEOUT,
-        reconnect_failed=_keep_reconnecting,
+        dsn, **pool_options(**options), open=True, reconnect_failed=_keep_reconnecting
     )
 
 
@@ -124,11 +129,11 @@ class Shared:
         self.dsn = dsn
         self.owns_pool = owns_pool
         self.queries: Queries = queries_for(schema)
-        self.claimer = Claimer(self.queries, schema, rate_window)
         # What the verbs written as plans need (shared with AsyncPostgresStore's plans).
         self.ctx = PlanContext(self.queries, schema, queue_identity(pool.conninfo, schema))
+        self.claimer = Claimer(self.queries, schema, rate_window)
         # queue.wait(): no thread or connection until the first wait.
-        self.waiters = JobWaiters(pool, self.queries, lambda: self.dsn)
+        self.waiters = JobWaiters(pool, self.ctx, lambda: self.dsn)
 
 
 class StoreConnections:

@@ -14,7 +14,8 @@ and row decoding; only the execution of one step differs between them. The steps
 * :class:`Atomic`: run a sub-plan in one transaction (ours, or the caller's: never
   committed here), receive its return value; an exception rolls it back and is thrown in;
 * :data:`IN_TRANSACTION`: receive whether the connection is inside a transaction it does
-  not commit itself (a caller's non-autocommit connection), where an error aborts it.
+  not commit itself (a caller's non-autocommit connection), where an error aborts it;
+* :data:`OWNED`: receive whether the connection is the store's own (not a caller's).
 
 An executor primes the plan before it takes a connection: a plan that returns before its
 first step (an id that cannot be ours) costs no connection at all.
@@ -30,7 +31,10 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict
 
+from golemq_pg._stepping import Done, advance, start
 from golemq_pg.store.postgres._sql import Queries
+
+__all__ = ["Done", "advance", "start"]  # re-exported for the executors
 
 R = TypeVar("R")
 P = ParamSpec("P")
@@ -78,36 +82,18 @@ class _InTransaction:
 
 IN_TRANSACTION = _InTransaction()
 
-Step = Rows | Count | CopyIn | Atomic | _InTransaction
+
+class _Owned:
+    """Send back whether the statements run on the store's own connection (not a caller's:
+    ``with_connection``, ``connection=``)."""
+
+    __slots__ = ()
+
+
+OWNED = _Owned()
+
+Step = Rows | Count | CopyIn | Atomic | _InTransaction | _Owned
 Plan = Generator[Step, Any, R]
-
-
-class Done:
-    """What :func:`advance` returns when the plan has finished: its return value."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-def advance(plan: Plan[Any], result: Any = None, error: BaseException | None = None) -> Any:
-    """Resume ``plan`` with a step's result (or throw its error in): the next step, or
-    :class:`Done`. An exception the plan does not catch propagates."""
-    try:
-        if error is not None:
-            return plan.throw(error)
-        return plan.send(result)
-    except StopIteration as stop:
-        return Done(stop.value)
-
-
-def start(plan: Plan[Any]) -> Any:
-    """The plan's first step, or :class:`Done` when it needs no statement at all."""
-    try:
-        return next(plan)
-    except StopIteration as stop:
-        return Done(stop.value)
 
 
 def ours(autocommit: bool, owned: bool, status: pq.TransactionStatus) -> bool:

@@ -103,6 +103,12 @@ def job_get(ctx: PlanContext, job_id: str) -> Plan[JobSummary | None]:
     return rows.summary(found[0]) if found else None
 
 
+def job_get_many(ctx: PlanContext, job_ids: Sequence[int]) -> Plan[list[JobSummary]]:
+    """The summaries of those of ``job_ids`` that exist (one statement: the waiters' check)."""
+    found = yield Rows(ctx.queries["job_get_many"], {"ids": list(job_ids)})
+    return [rows.summary(row) for row in found]
+
+
 def job_find(ctx: PlanContext, params: FindParams) -> Plan[list[JobSummary]]:
     """Jobs matching the filters, newest first."""
     args = rows.filter_args(params)

@@ -6,12 +6,14 @@ Used by ``AsyncPostgresStore``; ``_run_sync`` is the same executor for
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import psycopg
 
+from golemq_pg._stepping import drive_async
 from golemq_pg.store.postgres._plans import (
     Atomic,
     CopyIn,
@@ -19,7 +21,7 @@ from golemq_pg.store.postgres._plans import (
     Done,
     Plan,
     Rows,
-    advance,
+    _Owned,
     ours,
     start,
 )
@@ -44,17 +46,10 @@ async def run_plan_async(
 
 
 async def _drive(conn: AsyncConnection, plan: Plan[Any], step: Any, owned: bool) -> Done:
-    while type(step) is not Done:
-        try:
-            result = await _execute(conn, step, owned)
-        except Exception as exc:  # noqa: BLE001 - thrown into the plan, which decides
-            step = advance(plan, error=exc)
-        else:
-            step = advance(plan, result)
-    return step
+    return await drive_async(plan, functools.partial(_execute, conn, owned=owned), step)
 
 
-async def _execute(conn: AsyncConnection, step: Any, owned: bool) -> Any:
+async def _execute(conn: AsyncConnection, step: Any, *, owned: bool) -> Any:
     kind = type(step)
     if kind is Rows:
         cursor = await conn.execute(step.query, step.params)
@@ -67,6 +62,8 @@ async def _execute(conn: AsyncConnection, step: Any, owned: bool) -> Any:
         return None
     if kind is Atomic:
         return await _atomic(conn, step.plan, owned)
+    if kind is _Owned:
+        return owned
     # IN_TRANSACTION
     return not conn.autocommit
 

@@ -6,12 +6,14 @@ executor for ``psycopg.AsyncConnection``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import psycopg
 
+from golemq_pg._stepping import drive
 from golemq_pg.store.postgres._plans import (
     Atomic,
     CopyIn,
@@ -19,7 +21,7 @@ from golemq_pg.store.postgres._plans import (
     Done,
     Plan,
     Rows,
-    advance,
+    _Owned,
     ours,
     start,
 )
@@ -45,17 +47,10 @@ def run_plan(
 
 
 def _drive(conn: Connection, plan: Plan[Any], step: Any, owned: bool) -> Done:
-    while type(step) is not Done:
-        try:
-            result = _execute(conn, step, owned)
-        except Exception as exc:  # noqa: BLE001 - thrown into the plan, which decides
-            step = advance(plan, error=exc)
-        else:
-            step = advance(plan, result)
-    return step
+    return drive(plan, functools.partial(_execute, conn, owned=owned), step)
 
 
-def _execute(conn: Connection, step: Any, owned: bool) -> Any:
+def _execute(conn: Connection, step: Any, *, owned: bool) -> Any:
     kind = type(step)
     if kind is Rows:
         return conn.execute(step.query, step.params).fetchall()
@@ -73,5 +68,7 @@ def _execute(conn: Connection, step: Any, owned: bool) -> Any:
             return _drive(conn, step.plan, first, owned).value
         with conn.transaction():
             return _drive(conn, step.plan, first, owned).value
+    if kind is _Owned:
+        return owned
     # IN_TRANSACTION
     return not conn.autocommit

@@ -43,7 +43,9 @@ from golemq_pg.store.port import (
 )
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._listener import PgListener
-from golemq_pg.store.postgres._sql import Queries
+from golemq_pg.store.postgres._plans import PlanContext
+from golemq_pg.store.postgres._producer import job_get_many
+from golemq_pg.store.postgres._run_sync import run_plan
 
 log = structlog.get_logger("golemq_pg.store.waiters")
 
@@ -59,7 +61,7 @@ RETRY_SECONDS = 1.0
 #: How long ``close`` waits for the listener thread to close its connection.
 JOIN_SECONDS = 5.0
 #: At most this many further reads of hints already received before one check answers them.
-_BURST = 100
+BURST = 100
 
 
 class Waiter:
@@ -74,6 +76,24 @@ class Waiter:
         self.summary: JobSummary | None = None  # None when set: the job is gone
         self.closed = False
         self.sleeping = False  # past its first look, blocked on the event
+
+
+def first_look(job_id: str, found: Sequence[JobSummary]) -> JobSummary | None:
+    """A waiter's first look at its job: the summary when it is already terminal, None when
+    it is to sleep; ``LookupError`` when there is no such job."""
+    if not found:
+        raise wait_missing(job_id)
+    return found[0] if found[0].status in TERMINAL_STATUSES else None
+
+
+def outcome(job_id: str, waiter: Waiter) -> JobSummary:
+    """What a woken waiter returns: its job's summary; ``RuntimeError`` when the store was
+    closed, ``LookupError`` when the job is gone."""
+    if waiter.closed:
+        raise RuntimeError(f"the store was closed while waiting for job {job_id}")
+    if waiter.summary is None:
+        raise wait_missing(job_id)
+    return waiter.summary
 
 
 class WaiterRegistry:
@@ -154,11 +174,12 @@ class JobWaiters(WaiterRegistry):
     """
 
     def __init__(
-        self, pool: ConnectionPool[Any], queries: Queries, dsn: Callable[[], str | None]
+        self, pool: ConnectionPool[Any], ctx: PlanContext, dsn: Callable[[], str | None]
     ) -> None:
         super().__init__(threading.Event)
         self._pool = pool
-        self._q = queries
+        self._ctx = ctx
+        self._q = ctx.queries
         self._dsn = dsn
         self._thread: threading.Thread | None = None
         self._listener: PgListener | None = None
@@ -181,20 +202,14 @@ class JobWaiters(WaiterRegistry):
         try:
             # Registered first: whatever finishes after this look is hinted, or found by the
             # listener thread's first check (it starts after this look) or by a poll.
-            found = self.fetch([number])
-            if not found:
-                raise wait_missing(job_id)
-            if found[0].status in TERMINAL_STATUSES:
-                return found[0]
+            finished = first_look(job_id, self.fetch([number]))
+            if finished is not None:
+                return finished
             self._sleep(waiter)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if not waiter.event.wait(remaining):
                 raise wait_timed_out(job_id, timeout or 0.0)
-            if waiter.closed:
-                raise RuntimeError(f"the store was closed while waiting for job {job_id}")
-            if waiter.summary is None:
-                raise wait_missing(job_id)
-            return waiter.summary
+            return outcome(job_id, waiter)
         finally:
             self._unregister(waiter)
 
@@ -211,9 +226,7 @@ class JobWaiters(WaiterRegistry):
     def fetch(self, job_ids: Sequence[int]) -> list[JobSummary]:
         """The summaries of those of ``job_ids`` that exist: one statement, on a pooled
         connection held for that statement only."""
-        with self._pool.connection() as conn:
-            found = conn.execute(self._q["job_get_many"], {"ids": list(job_ids)}).fetchall()
-        return [rows.summary(row) for row in found]
+        return run_plan(self._pool.connection, job_get_many(self._ctx, job_ids), True)
 
     @property
     def listening(self) -> bool:
@@ -340,7 +353,7 @@ def _more(listener: PgListener) -> list[Notification]:
     """The hints already received after the first one (a burst of completions), so that one
     check answers them all; bounded, so a flood cannot hold the checks back."""
     found: list[Notification] = []
-    for _ in range(_BURST):
+    for _ in range(BURST):
         arrived = listener.wait(0)
         if not arrived:
             break
