@@ -2,6 +2,7 @@
 live in tests/support/. tests/README.md says where a new test, fixture or helper goes."""
 
 pytest_plugins = [
+    "tests.plugins.async_stores",
     "tests.plugins.database",
     "tests.plugins.faults",
     "tests.plugins.ledgers",

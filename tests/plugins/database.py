@@ -57,9 +57,29 @@ def mem_store() -> object:
     return InMemoryStore()
 
 
-@pytest.fixture(params=["memory", "postgres"])
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "async_store_too: the `store` fixture also runs the module's tests on the async "
+        "producer path (AsyncPostgresStore, through tests.support.async_bridge.AsyncPort)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``store``: both stores; a module marked ``async_store_too`` also gets the async port."""
+    if "store" not in metafunc.fixturenames:
+        return
+    kinds = ["memory", "postgres"]
+    if metafunc.definition.get_closest_marker("async_store_too") is not None:
+        kinds.append("async-postgres")
+    metafunc.parametrize("store", kinds, indirect=True)
+
+
+@pytest.fixture
 def store(request: pytest.FixtureRequest) -> object:
-    """Both stores, for the contract suite."""
+    """Both stores, for the contract suite (and the async port, see pytest_generate_tests)."""
     if request.param == "memory":
         return request.getfixturevalue("mem_store")
+    if request.param == "async-postgres":
+        return request.getfixturevalue("async_port")
     return request.getfixturevalue("pg_store")
