@@ -28,7 +28,7 @@ def pause(
     count as not due for ``run_until_empty``. Pausing a paused type replaces its reason.
     ``reason``: at most 1000 characters, shown by ``paused()`` and the CLI.
     """
-    name = q.check_type(job_type)
+    name = q._check_type(job_type)
     if reason is not None:
         if not isinstance(reason, str):
             raise ValueError(f"reason must be a string, got {type(reason).__name__}")
@@ -42,7 +42,7 @@ def pause(
 def resume(q: QueueCore, job_type: str | JobType[Any]) -> QueuePlan[bool]:
     """Let workers claim ``job_type`` again; idle workers are woken at once (a
     notification), not at their next poll. False when the type was not paused."""
-    return bool((yield call("type_resume", q.check_type(job_type))))
+    return bool((yield call("type_resume", q._check_type(job_type))))
 
 
 def paused(q: QueueCore) -> QueuePlan[dict[str, PausedType]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import types
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, overload
 
@@ -83,19 +84,19 @@ class QueueCore:
                 raise ValueError("observers must have an on_transition(transition) method")
         self.observers = tuple(observers)
 
-    def check_type(self, job_type: object) -> str:
+    def _check_type(self, job_type: object) -> str:
         """A job type's name (from a ``JobType`` or a string), validated."""
         if isinstance(job_type, JobType):
             return check_name(job_type.name, "job type")
         return check_name(job_type, "job type")
 
-    def max_attempts(self, value: int | None) -> int:
+    def _max_attempts(self, value: int | None) -> int:
         """``max_attempts`` as given, validated, or the queue's default."""
         if value is None:
             return self.default_max_attempts
         return check_positive_int(value, "max_attempts")
 
-    def notify(self, transition: Transition) -> None:
+    def _notify(self, transition: Transition) -> None:
         """Tell every observer; one that raises is logged and contained."""
         for observer in self.observers:
             try:
@@ -106,22 +107,20 @@ class QueueCore:
                     outcome=transition.outcome,
                 )
 
-    def _run(self, plan: QueuePlan[Any]) -> Any:  # pragma: no cover - each class has its own
-        raise NotImplementedError
+    #: Whether the methods are coroutines (``AsyncQueue``) or return values (``Queue``).
+    asynchronous = False
 
 
 class SyncRunner(QueueCore):
     """The base of ``Queue``: a plan's store calls made in turn, its value returned."""
 
-    def _run(self, plan: QueuePlan[Any]) -> Any:
-        return run_sync(self.store, plan)
+    asynchronous = False
 
 
 class AsyncRunner(QueueCore):
     """The base of ``AsyncQueue``: a plan run as a coroutine, its store calls awaited."""
 
-    def _run(self, plan: QueuePlan[Any]) -> Any:
-        return run_async(self.store, plan)
+    asynchronous = True
 
 
 def check_job_id(job_id: object) -> str:
@@ -169,6 +168,10 @@ class QueueMethod(Generic[A, R]):
         self.plan = plan
         self.__doc__ = plan.__doc__
         self.__wrapped__ = plan
+        # Built once: the method of each kind of queue.
+        self._kinds: tuple[Callable[..., Any], Callable[..., Any]] = (
+            sync_method(plan), async_method(plan)
+        )
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -184,13 +187,7 @@ class QueueMethod(Generic[A, R]):
     def __get__(self, obj: Any, owner: type) -> Any:
         if obj is None:
             return self
-        plan = self.plan
-
-        @functools.wraps(plan)
-        def bound(*args: Any, **kwargs: Any) -> Any:
-            return obj._run(plan(obj, *args, **kwargs))
-
-        return bound
+        return types.MethodType(self._kinds[obj.asynchronous], obj)
 
 
 def sync_method(

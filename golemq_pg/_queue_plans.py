@@ -121,7 +121,7 @@ def add(
     for :meth:`find` (duplicates collapse); a replacing add replaces them with the
     payload.
     """
-    name = q.check_type(job_type)
+    name = q._check_type(job_type)
     scope_v = check_scope(scope)
     if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: add() needs a scope")
@@ -130,7 +130,7 @@ def add(
     if on_duplicate not in ("reject", "replace"):
         raise ValueError("on_duplicate must be 'reject' or 'replace'")
     run_at_v, delay_s = _when(run_at, delay)
-    attempts = q.max_attempts(max_attempts)
+    attempts = q._max_attempts(max_attempts)
     prio = check_int(priority, "priority")
     tags_v = check_tags(tags)
     encoded = encode_payload(name, payload)
@@ -151,7 +151,7 @@ def add(
         connection=connection,
     )
     if result.id is not None and result.inserted and q.observers:
-        q.notify(Transition(result.id, name, scope_v, "enqueued", 0))
+        q._notify(Transition(result.id, name, scope_v, "enqueued", 0))
     return result.id
 
 @overload
@@ -202,14 +202,14 @@ def add_many(
     Every payload is validated first: one bad payload rejects the whole call. ``tags``
     (as for :meth:`add`) go on every job.
     """
-    name = q.check_type(job_type)
+    name = q._check_type(job_type)
     scope_v = check_scope(scope)
     if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: add_many() needs a scope")
     if isinstance(payloads, Mapping | str | bytes):
         raise ValueError("payloads must be an iterable of mappings, not a single value")
     run_at_v, delay_s = _when(run_at, delay)
-    attempts = q.max_attempts(max_attempts)
+    attempts = q._max_attempts(max_attempts)
     prio = check_int(priority, "priority")
     tags_v = check_tags(tags)
     encoded = encode_payloads(name, payloads)
@@ -258,7 +258,7 @@ def schedule(
     :mod:`golemq_pg._schedule` for the cadence rules and what happens after downtime.
     """
     check_name(key, "schedule key")
-    name = q.check_type(job_type)
+    name = q._check_type(job_type)
     scope_v = check_scope(scope)
     if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: schedule() needs a scope")
@@ -272,7 +272,7 @@ def schedule(
         start = check_aware(start_at, "start_at")
     every_s = to_seconds(every, "every", allow_zero=False) if every is not None else None
     prio = check_int(priority, "priority")
-    attempts = q.max_attempts(max_attempts)
+    attempts = q._max_attempts(max_attempts)
     encoded = encode_payload(name, payload)
     now = yield call("now")
     first: datetime | None = start
@@ -328,7 +328,7 @@ def cancel_by_dedupe_keys(
     q: QueueCore, job_type: str | JobType[Any], keys: Iterable[str], *, reason: str | None = None
 ) -> QueuePlan[int]:
     """Cancel live jobs of ``job_type`` with any of ``keys``; returns how many."""
-    name = q.check_type(job_type)
+    name = q._check_type(job_type)
     if isinstance(keys, str):
         raise ValueError("keys must be an iterable of dedupe keys, not a single string")
     key_list = [check_name(k, "dedupe_key") for k in keys]
@@ -352,7 +352,7 @@ def _cancel(
         _local.abort(q.store, running, reason)
     if q.observers:
         for job in cancelled:
-            q.notify(_cancel_transition(job, reason))
+            q._notify(_cancel_transition(job, reason))
     return len(cancelled)
 
 # -- inspection and administration -------------------------------------------------------
