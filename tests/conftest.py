@@ -6,4 +6,6 @@ pytest_plugins = [
     "tests.plugins.database",
     "tests.plugins.faults",
     "tests.plugins.ledgers",
+    # pytester: the tests of golemq_pg.pytest_plugin run a user's test file.
+    "pytester",
 ]
