@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from golemq_pg._embedded import ensure_server
+from golemq_pg._embedded import ensure_server, reachable
 from golemq_pg.queue import Queue
 from golemq_pg.store.postgres import PostgresStore
 from golemq_pg.testing import InMemoryStore
@@ -39,21 +39,14 @@ ENV_TEST_DSN = "GOLEMQ_TEST_DSN"
 LOCAL_DSNS = ("", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-def _reachable(dsn: str) -> bool:
-    try:
-        with psycopg.connect(dsn, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
-def find_dsn() -> str:
-    """``$GOLEMQ_TEST_DSN``, else the first reachable local server, else the embedded one."""
+def find_dsn(local: tuple[str, ...] = LOCAL_DSNS) -> str:
+    """``$GOLEMQ_TEST_DSN``, else the first reachable of the ``local`` servers, else the
+    embedded one."""
     env = os.environ.get(ENV_TEST_DSN)
     if env:
         return env
-    for dsn in LOCAL_DSNS:
-        if _reachable(dsn):
+    for dsn in local:
+        if reachable(dsn):
             return dsn
     return ensure_server()
 

@@ -3,36 +3,22 @@ embedded one) and a fresh schema per test, plus both stores for the contract sui
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from golemq_pg import InMemoryStore, PostgresStore
-from golemq_pg._embedded import ensure_server
+from golemq_pg.pytest_plugin import find_dsn
 from tests.support.schemas import fresh_schema
 
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-def _reachable(dsn: str) -> bool:
-    try:
-        with psycopg.connect(dsn, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
 @pytest.fixture(scope="session")
 def pg_dsn() -> str:
-    """The DSN of the PostgreSQL the suite runs against."""
-    env = os.environ.get("GOLEMQ_TEST_DSN")
-    if env:
-        return env
-    if _reachable(LOCAL_DSN):
-        return LOCAL_DSN
-    return ensure_server()
+    """The DSN of the PostgreSQL the suite runs against (the users' plugin's rule, with the
+    local ``test`` database as the local server)."""
+    return find_dsn(local=(LOCAL_DSN,))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -27,7 +27,11 @@ from golemq_pg._validation import check_schema
 from golemq_pg.store.postgres import _cancel, _control, _registry, _schedules
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
-from golemq_pg.store.postgres._connections import connection_kwargs, pool_options
+from golemq_pg.store.postgres._connections import (
+    ConnectionOptions,
+    connection_kwargs,
+    pool_options,
+)
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._plans import PlanContext, queue_identity
 from golemq_pg.store.postgres._run_async import run_plan_async
@@ -95,23 +99,15 @@ class AsyncPostgresStore:
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
-        statement_timeout: float = 30.0,
-        lock_timeout: float = 10.0,
-        idle_in_transaction_session_timeout: float = 60.0,
-        application_name: str = "golemq-pg",
+        **options: Unpack[ConnectionOptions],
     ) -> AsyncPostgresStore:
-        """A store owning an ``AsyncConnectionPool`` to ``dsn`` (closed by :meth:`close`),
-        with the connection options of ``PostgresStore.connect``."""
+        """A store owning an ``AsyncConnectionPool`` to ``dsn`` (closed by :meth:`close`);
+        ``options`` as for ``PostgresStore.connect`` (timeouts, ``application_name``)."""
         check_schema(schema)
-        kwargs = connection_kwargs(
-            statement_timeout=statement_timeout,
-            lock_timeout=lock_timeout,
-            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
-            application_name=application_name,
-        )
-        options = pool_options(schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
+        kwargs = connection_kwargs(**options)
+        settings = pool_options(schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            dsn, **options, open=False, reconnect_failed=_keep_reconnecting
+            dsn, **settings, open=False, reconnect_failed=_keep_reconnecting
         )
         await pool.open()
         store = cls(pool, schema=schema)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
 
 import psycopg
 import structlog
@@ -61,19 +61,28 @@ def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
 
-def connection_kwargs(
-    *,
-    statement_timeout: float,
-    lock_timeout: float,
-    idle_in_transaction_session_timeout: float,
-    application_name: str,
-) -> dict[str, Any]:
-    """The options of every connection a store opens (``PostgresStore.connect`` and
-    ``AsyncPostgresStore.connect`` alike): autocommit, and the session settings at start-up.
+class ConnectionOptions(TypedDict, total=False):
+    """The options of the connections a store opens, ``connect(dsn, **options)`` of
+    ``PostgresStore`` and ``AsyncPostgresStore`` alike: timeouts in seconds (0 disables),
+    set on every connection at start-up, and the ``application_name`` it shows in
+    ``pg_stat_activity``. Defaults: 30, 10 and 60 seconds, ``"golemq-pg"``."""
 
-    Timeouts are seconds (0 disables). The one place connection options are decided.
+    statement_timeout: float
+    lock_timeout: float
+    idle_in_transaction_session_timeout: float
+    application_name: str
+
+
+def connection_kwargs(**options: Unpack[ConnectionOptions]) -> dict[str, Any]:
+    """The connection arguments of every connection a store opens (``PostgresStore.connect``
+    and ``AsyncPostgresStore.connect`` alike): autocommit, and the session settings at
+    start-up. The one place connection options are decided.
     """
-    options = " ".join(
+    statement_timeout = options.get("statement_timeout", 30.0)
+    lock_timeout = options.get("lock_timeout", 10.0)
+    idle_in_transaction_session_timeout = options.get("idle_in_transaction_session_timeout", 60.0)
+    application_name = options.get("application_name", "golemq-pg")
+    settings = " ".join(
         (
             # Timestamps come back as UTC datetimes whatever the server's default zone.
             "-c TimeZone=UTC",
@@ -87,7 +96,7 @@ def connection_kwargs(
             + str(_ms(idle_in_transaction_session_timeout)),
         )
     )
-    return {"autocommit": True, "options": options, "application_name": application_name}
+    return {"autocommit": True, "options": settings, "application_name": application_name}
 
 
 def pool_options(

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import orjson
 import psycopg
@@ -47,6 +47,7 @@ from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
     RETRYABLE,
     WRITE_ATTEMPTS,
+    ConnectionOptions,
     Shared,
     connection_kwargs,
     open_pool,
@@ -86,23 +87,17 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
-        statement_timeout: float = 30.0,
-        lock_timeout: float = 10.0,
-        idle_in_transaction_session_timeout: float = 60.0,
         rate_window: float = 60.0,
-        application_name: str = "golemq-pg",
+        **options: Unpack[ConnectionOptions],
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
-        Timeouts are seconds, applied to every pooled connection at start-up (0 disables).
+        ``options``: ``statement_timeout``, ``lock_timeout``,
+        ``idle_in_transaction_session_timeout`` (seconds, applied to every pooled connection
+        at start-up, 0 disables) and ``application_name`` (see ``ConnectionOptions``).
         """
         check_schema(schema)
-        kwargs = connection_kwargs(
-            statement_timeout=statement_timeout,
-            lock_timeout=lock_timeout,
-            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
-            application_name=application_name,
-        )
+        kwargs = connection_kwargs(**options)
         pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.dsn = dsn
