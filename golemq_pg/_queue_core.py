@@ -21,13 +21,14 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, ove
 import structlog
 
 from golemq_pg._stepping import drive, drive_async, start
-from golemq_pg._types import JobType, LifecycleObserver, Transition
-from golemq_pg._validation import check_name, check_positive_int
+from golemq_pg._types import JobType, LifecycleObserver, Scope, ScopeLike, Transition
+from golemq_pg._validation import check_name, check_positive_int, check_scope
 
 log = structlog.get_logger("golemq_pg.queue")
 
 P = TypeVar("P", bound=Mapping[str, Any])
 R = TypeVar("R")
+S = TypeVar("S")
 A = ParamSpec("A")
 _T = TypeVar("_T")
 
@@ -63,22 +64,19 @@ def call(verb: str, *args: Any, **kwargs: Any) -> StoreCall:
 QueuePlan = Generator[StoreCall, Any, R]
 
 
-class QueueCore:
-    """The state and helpers of a queue, sync or async (see the module docstring)."""
-
-    store: Any
+class QueueCore(Generic[S]):
+    """The state and helpers of a queue, sync or async (see the module docstring); ``S`` is
+    the kind of store it takes."""
 
     def __init__(
         self,
-        store: Any,
+        store: S,
         *,
         default_max_attempts: int = 3,
         observers: Sequence[LifecycleObserver] = (),
     ) -> None:
         self.store = store
-        self.default_max_attempts = check_positive_int(
-            default_max_attempts, "default_max_attempts"
-        )
+        self.default_max_attempts = check_positive_int(default_max_attempts, "default_max_attempts")
         for observer in observers:
             if not callable(getattr(observer, "on_transition", None)):
                 raise ValueError("observers must have an on_transition(transition) method")
@@ -103,7 +101,9 @@ class QueueCore:
                 observer.on_transition(transition)
             except Exception:
                 log.exception(
-                    "observer_failed", job_id=transition.job_id, type=transition.type,
+                    "observer_failed",
+                    job_id=transition.job_id,
+                    type=transition.type,
                     outcome=transition.outcome,
                 )
 
@@ -111,13 +111,13 @@ class QueueCore:
     asynchronous = False
 
 
-class SyncRunner(QueueCore):
+class SyncRunner(QueueCore[S]):
     """The base of ``Queue``: a plan's store calls made in turn, its value returned."""
 
     asynchronous = False
 
 
-class AsyncRunner(QueueCore):
+class AsyncRunner(QueueCore[S]):
     """The base of ``AsyncQueue``: a plan run as a coroutine, its store calls awaited."""
 
     asynchronous = True
@@ -134,6 +134,14 @@ def check_job_id(job_id: object) -> str:
 
 
 job_id_of = check_job_id
+
+
+def required_scope(scope: ScopeLike | None) -> Scope:
+    """A scope that must be given (cancel and find by scope)."""
+    scope_v = check_scope(scope)
+    if scope_v is None:
+        raise ValueError("a scope is required")
+    return scope_v
 
 
 def run_sync(store: Any, plan: QueuePlan[R]) -> R:
@@ -170,7 +178,8 @@ class QueueMethod(Generic[A, R]):
         self.__wrapped__ = plan
         # Built once: the method of each kind of queue.
         self._kinds: tuple[Callable[..., Any], Callable[..., Any]] = (
-            sync_method(plan), async_method(plan)
+            sync_method(plan),
+            async_method(plan),
         )
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -180,10 +189,10 @@ class QueueMethod(Generic[A, R]):
     def __get__(self, obj: None, owner: type) -> QueueMethod[A, R]: ...
     @overload
     def __get__(
-        self, obj: AsyncRunner, owner: type
+        self, obj: AsyncRunner[Any], owner: type
     ) -> Callable[A, Coroutine[Any, Any, R]]: ...
     @overload
-    def __get__(self, obj: SyncRunner, owner: type) -> Callable[A, R]: ...
+    def __get__(self, obj: SyncRunner[Any], owner: type) -> Callable[A, R]: ...
     def __get__(self, obj: Any, owner: type) -> Any:
         if obj is None:
             return self
@@ -195,7 +204,7 @@ def sync_method(
 ) -> Callable[Concatenate[Any, A], R]:
     """A plan as a ``Queue`` method (keeps the plan's overloads for type checkers)."""
 
-    def method(self: QueueCore, /, *args: A.args, **kwargs: A.kwargs) -> R:
+    def method(self: QueueCore[Any], /, *args: A.args, **kwargs: A.kwargs) -> R:
         return run_sync(self.store, plan(self, *args, **kwargs))
 
     return functools.wraps(plan)(method)
@@ -206,7 +215,7 @@ def async_method(
 ) -> Callable[Concatenate[Any, A], Coroutine[Any, Any, R]]:
     """A plan as an ``AsyncQueue`` coroutine method (keeps the plan's overloads)."""
 
-    async def method(self: QueueCore, /, *args: A.args, **kwargs: A.kwargs) -> R:
+    async def method(self: QueueCore[Any], /, *args: A.args, **kwargs: A.kwargs) -> R:
         return await run_async(self.store, plan(self, *args, **kwargs))
 
     return functools.wraps(plan)(method)

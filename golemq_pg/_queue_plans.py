@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, overload
 
-from golemq_pg import _local
 from golemq_pg._queue_core import (
     P,
     QueueCore,
@@ -24,6 +23,7 @@ from golemq_pg._queue_core import (
     _InferPayloadLast,
     call,
     job_id_of,
+    required_scope,
 )
 from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
 from golemq_pg._types import (
@@ -32,7 +32,6 @@ from golemq_pg._types import (
     JobSummary,
     JobType,
     ScheduleSummary,
-    Scope,
     ScopeLike,
     Transition,
     WorkerSummary,
@@ -51,8 +50,6 @@ from golemq_pg._validation import (
     to_seconds,
 )
 from golemq_pg.store.port import (
-    CancelFilter,
-    CancelledJob,
     EnqueueManyParams,
     EnqueueParams,
     EnqueueResult,
@@ -64,10 +61,9 @@ from golemq_pg.store.port import (
 _TICK = timedelta(microseconds=1)
 
 
-
 @overload
 def add(
-    q: QueueCore,
+    q: QueueCore[Any],
     job_type: JobType[P],
     payload: P | _InferPayloadLast[P],
     *,
@@ -82,9 +78,10 @@ def add(
     connection: Any = ...,
 ) -> QueuePlan[str | None]: ...
 
+
 @overload
 def add(
-    q: QueueCore,
+    q: QueueCore[Any],
     job_type: str,
     payload: Mapping[str, Any],
     *,
@@ -99,8 +96,9 @@ def add(
     connection: Any = ...,
 ) -> QueuePlan[str | None]: ...
 
+
 def add(
-    q: QueueCore,
+    q: QueueCore[Any],
     job_type: str | JobType[Any],
     payload: Mapping[str, Any],
     *,
@@ -154,9 +152,10 @@ def add(
         q._notify(Transition(result.id, name, scope_v, "enqueued", 0))
     return result.id
 
+
 @overload
 def add_many(
-    q: QueueCore,
+    q: QueueCore[Any],
     job_type: JobType[P],
     payloads: Iterable[P | _InferPayloadLast[P]],
     *,
@@ -169,9 +168,10 @@ def add_many(
     connection: Any = ...,
 ) -> QueuePlan[int]: ...
 
+
 @overload
 def add_many(
-    q: QueueCore,
+    q: QueueCore[Any],
     job_type: str,
     payloads: Iterable[Mapping[str, Any]],
     *,
@@ -184,8 +184,9 @@ def add_many(
     connection: Any = ...,
 ) -> QueuePlan[int]: ...
 
+
 def add_many(
-    q: QueueCore,
+    q: QueueCore[Any],
     job_type: str | JobType[Any],
     payloads: Iterable[Mapping[str, Any]],
     *,
@@ -231,10 +232,12 @@ def add_many(
     )
     return count
 
+
 # -- schedules ---------------------------------------------------------------------------
 
+
 def schedule(
-    q: QueueCore,
+    q: QueueCore[Any],
     key: str,
     job_type: str | JobType[Any],
     payload: Mapping[str, Any],
@@ -299,72 +302,31 @@ def schedule(
         ),
     )
 
-def unschedule(
-    q: QueueCore, key: str) -> QueuePlan[bool]:
+
+def unschedule(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
     """Remove a schedule; True when it existed. Jobs it already enqueued stay."""
     found: bool = yield call("schedule_delete", check_name(key, "schedule key"))
     return found
 
-def schedules(q: QueueCore) -> QueuePlan[list[ScheduleSummary]]:
+
+def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
     """Every declared schedule."""
     found: list[ScheduleSummary] = yield call("schedule_list")
     return found
 
-# -- cancellation ------------------------------------------------------------------------
-
-def cancel_for_scope(
-    q: QueueCore, scope: ScopeLike, *, reason: str | None = None) -> QueuePlan[int]:
-    """Drop queued jobs of ``scope`` and abort its running ones; returns how many."""
-    scope_v = _required_scope(scope)
-    return (yield from _cancel(q, CancelFilter(scope=scope_v), reason))
-
-def cancel_pending_for_scope(
-    q: QueueCore, scope: ScopeLike, *, reason: str | None = None) -> QueuePlan[int]:
-    """Drop queued jobs of ``scope``, leaving running work alone; returns how many."""
-    scope_v = _required_scope(scope)
-    return (yield from _cancel(q, CancelFilter(scope=scope_v, pending_only=True), reason))
-
-def cancel_by_dedupe_keys(
-    q: QueueCore, job_type: str | JobType[Any], keys: Iterable[str], *, reason: str | None = None
-) -> QueuePlan[int]:
-    """Cancel live jobs of ``job_type`` with any of ``keys``; returns how many."""
-    name = q._check_type(job_type)
-    if isinstance(keys, str):
-        raise ValueError("keys must be an iterable of dedupe keys, not a single string")
-    key_list = [check_name(k, "dedupe_key") for k in keys]
-    if not key_list:
-        return 0
-    return (yield from _cancel(q, CancelFilter(type=name, dedupe_keys=key_list), reason))
-
-def cancel(
-    q: QueueCore, job_id: str, *, reason: str | None = None) -> QueuePlan[bool]:
-    """Cancel one pending or running job; True when it was live."""
-    return (yield from _cancel(q, CancelFilter(job_ids=[job_id_of(job_id)]), reason)) > 0
-
-def _cancel(
-    q: QueueCore, selector: CancelFilter, reason: str | None) -> QueuePlan[int]:
-    if reason is not None and not isinstance(reason, str):
-        raise ValueError("reason must be a string")
-    reason = (reason or "cancelled")[:500]
-    cancelled: list[CancelledJob] = yield call("job_cancel", selector, reason)
-    running = [c.id for c in cancelled if c.was_running]
-    if running:
-        _local.abort(q.store, running, reason)
-    if q.observers:
-        for job in cancelled:
-            q._notify(_cancel_transition(job, reason))
-    return len(cancelled)
 
 # -- inspection and administration -------------------------------------------------------
 
-def get(
-    q: QueueCore, job_id: str) -> QueuePlan[JobSummary | None]:
+
+def get(q: QueueCore[Any], job_id: str) -> QueuePlan[JobSummary | None]:
     """One job by id, or None."""
     found: JobSummary | None = yield call("job_get", job_id_of(job_id))
     return found
 
+
 def wait(
-    q: QueueCore, job_id: str, *, timeout: Duration | None = None) -> QueuePlan[JobSummary]:
+    q: QueueCore[Any], job_id: str, *, timeout: Duration | None = None
+) -> QueuePlan[JobSummary]:
     """Block until the job is terminal (SUCCEEDED or FAILED) and return its summary.
 
     ``timeout``: seconds or a timedelta (None: no limit, 0: look once). Raises
@@ -379,16 +341,17 @@ def wait(
     found: JobSummary = yield call("job_wait", job, seconds)
     return found
 
-def find_for_scope(
-    q: QueueCore, scope: ScopeLike) -> QueuePlan[list[JobSummary]]:
+
+def find_for_scope(q: QueueCore[Any], scope: ScopeLike) -> QueuePlan[list[JobSummary]]:
     """Every job of ``scope`` (newest first)."""
-    scope_v = _required_scope(scope)
+    scope_v = required_scope(scope)
     params = FindParams(scope_type=scope_v.type, scope_id=scope_v.id, limit=None)
     found: list[JobSummary] = yield call("job_find", params)
     return found
 
+
 def find(
-    q: QueueCore,
+    q: QueueCore[Any],
     *,
     types: Sequence[str | JobType[Any]] | None = None,
     statuses: Sequence[JobStatus | str] | None = None,
@@ -407,24 +370,28 @@ def find(
     found: list[JobSummary] = yield call("job_find", params)
     return found
 
-def workers(q: QueueCore) -> QueuePlan[list[WorkerSummary]]:
+
+def workers(q: QueueCore[Any]) -> QueuePlan[list[WorkerSummary]]:
     """Every registered worker (running, stopping, or lost: no heartbeat for three of its
     intervals), by id. A cleanly stopped worker is not listed."""
     found: list[WorkerSummary] = yield call("worker_list")
     return found
 
-def count_by_status(q: QueueCore) -> QueuePlan[dict[JobStatus, int]]:
+
+def count_by_status(q: QueueCore[Any]) -> QueuePlan[dict[JobStatus, int]]:
     """How many jobs are in each status (every status present)."""
     found: dict[JobStatus, int] = yield call("job_count_by_status")
     return found
 
-def stats(q: QueueCore) -> QueuePlan[dict[str, int]]:
+
+def stats(q: QueueCore[Any]) -> QueuePlan[dict[str, int]]:
     """pending (due now), scheduled (future), running, succeeded, failed."""
     found: dict[str, int] = yield call("job_stats")
     return found
 
+
 def retry_failed(
-    q: QueueCore,
+    q: QueueCore[Any],
     *,
     types: Sequence[str | JobType[Any]] | None = None,
     scope_type: str | None = None,
@@ -439,8 +406,9 @@ def retry_failed(
     found: int = yield call("job_retry_failed", params)
     return found
 
+
 def prune(
-    q: QueueCore,
+    q: QueueCore[Any],
     *,
     older_than: datetime | Duration,
     statuses: Sequence[JobStatus | str] = (JobStatus.SUCCEEDED, JobStatus.FAILED),
@@ -468,13 +436,6 @@ def _when(run_at: datetime | None, delay: Duration | None) -> tuple[datetime | N
     if delay is not None:
         return None, to_seconds(delay, "delay")
     return None, 0.0
-
-
-def _required_scope(scope: ScopeLike | None) -> Scope:
-    scope_v = check_scope(scope)
-    if scope_v is None:
-        raise ValueError("a scope is required")
-    return scope_v
 
 
 def _statuses(statuses: Sequence[JobStatus | str] | None) -> list[JobStatus]:
@@ -516,7 +477,3 @@ def _find_params(
         limit=limit,
         skip=skip,
     )
-
-
-def _cancel_transition(job: CancelledJob, reason: str) -> Transition:
-    return Transition(job.id, job.type, job.scope, "cancelled", job.attempts, error=reason)

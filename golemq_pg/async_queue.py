@@ -11,8 +11,6 @@ call in a worker thread.
 
 from __future__ import annotations
 
-from typing import Any
-
 from golemq_pg import _queue_plans as plans
 from golemq_pg._queue_core import AsyncRunner, async_method
 from golemq_pg.queue import QueueMethods
@@ -20,7 +18,7 @@ from golemq_pg.store.port import JobStore
 from golemq_pg.store.postgres import AsyncPostgresStore
 
 
-class AsyncQueue(AsyncRunner, QueueMethods):
+class AsyncQueue(AsyncRunner[AsyncPostgresStore | JobStore], QueueMethods):
     """Enqueue, schedule, cancel, wait for and inspect jobs from asyncio code.
 
     ``AsyncQueue(store, *, default_max_attempts=3, observers=())`` with an
@@ -28,11 +26,6 @@ class AsyncQueue(AsyncRunner, QueueMethods):
     ``await queue.wait(job_id)``: every task waiting on one store shares one LISTEN
     connection and holds no pooled connection while it waits.
     """
-
-    store: AsyncPostgresStore | JobStore
-
-    def __init__(self, store: AsyncPostgresStore | JobStore, **options: Any) -> None:
-        super().__init__(store, **options)
 
     add = async_method(plans.add)
     add_many = async_method(plans.add_many)

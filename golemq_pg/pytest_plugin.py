@@ -68,9 +68,7 @@ def golemq_store(golemq_dsn: str) -> Iterator[PostgresStore]:
     finally:
         store.close()
         with psycopg.connect(golemq_dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-            )
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ raises ``ValueError`` (or ``QueuePayloadError`` for payloads) and changes nothin
 
 from __future__ import annotations
 
-from typing import Any
-
 from golemq_pg import _queue_control as control
 from golemq_pg import _queue_plans as plans
 from golemq_pg._queue_core import QueueMethod, SyncRunner, sync_method
@@ -27,10 +25,10 @@ class QueueMethods:
     unschedule = QueueMethod(plans.unschedule)
     schedules = QueueMethod(plans.schedules)
     # -- cancellation
-    cancel_for_scope = QueueMethod(plans.cancel_for_scope)
-    cancel_pending_for_scope = QueueMethod(plans.cancel_pending_for_scope)
-    cancel_by_dedupe_keys = QueueMethod(plans.cancel_by_dedupe_keys)
-    cancel = QueueMethod(plans.cancel)
+    cancel_for_scope = QueueMethod(control.cancel_for_scope)
+    cancel_pending_for_scope = QueueMethod(control.cancel_pending_for_scope)
+    cancel_by_dedupe_keys = QueueMethod(control.cancel_by_dedupe_keys)
+    cancel = QueueMethod(control.cancel)
     # -- inspection and administration
     get = QueueMethod(plans.get)
     wait = QueueMethod(plans.wait)
@@ -49,17 +47,12 @@ class QueueMethods:
     run_now = QueueMethod(control.run_now)
 
 
-class Queue(SyncRunner, QueueMethods):
+class Queue(SyncRunner[JobStore], QueueMethods):
     """Enqueue, schedule, cancel and inspect jobs through a :class:`JobStore`.
 
     ``Queue(store, *, default_max_attempts=3, observers=())``; observers see "enqueued" and
     "cancelled" transitions. ``wait`` blocks the calling thread.
     """
-
-    store: JobStore
-
-    def __init__(self, store: JobStore, **options: Any) -> None:
-        super().__init__(store, **options)
 
     add = sync_method(plans.add)
     add_many = sync_method(plans.add_many)

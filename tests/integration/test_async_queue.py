@@ -75,11 +75,18 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("method", "args", "kwargs"), BAD_CALLS,
-                         ids=[f"{m}-{i}" for i, (m, _a, _k) in enumerate(BAD_CALLS)])
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs"),
+    BAD_CALLS,
+    ids=[f"{m}-{i}" for i, (m, _a, _k) in enumerate(BAD_CALLS)],
+)
 def test_bad_input_gets_the_same_error_from_both_queues_and_writes_nothing(
-    pg_store: PostgresStore, async_pg_store: AsyncPostgresStore, loop_thread: LoopThread,
-    method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+    pg_store: PostgresStore,
+    async_pg_store: AsyncPostgresStore,
+    loop_thread: LoopThread,
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> None:
     with pytest.raises((ValueError, QueuePayloadError)) as sync_error:
         getattr(Queue(pg_store), method)(*args, **kwargs)
@@ -101,7 +108,10 @@ def _count(dsn: str, schema: str) -> int:
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
 def test_an_async_callers_transaction_commits_or_rolls_back_the_job_with_its_own_row(
-    pg_dsn: str, schema: str, async_pg_store: AsyncPostgresStore, loop_thread: LoopThread,
+    pg_dsn: str,
+    schema: str,
+    async_pg_store: AsyncPostgresStore,
+    loop_thread: LoopThread,
     keyed: bool,
 ) -> None:
     queue = AsyncQueue(async_pg_store)
@@ -111,9 +121,12 @@ def test_an_async_callers_transaction_commits_or_rolls_back_the_job_with_its_own
         async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:
             await conn.execute(
                 sql.SQL("CREATE TABLE IF NOT EXISTS {}.orders (n int)").format(
-                    sql.Identifier(schema)))
-            await conn.execute(sql.SQL("INSERT INTO {}.orders VALUES (1)").format(
-                sql.Identifier(schema)))
+                    sql.Identifier(schema)
+                )
+            )
+            await conn.execute(
+                sql.SQL("INSERT INTO {}.orders VALUES (1)").format(sql.Identifier(schema))
+            )
             job_id = await queue.add("order.placed", {"n": 1}, connection=conn, **key)
             many = await queue.add_many("order.line", [{"i": 1}, {"i": 2}], connection=conn)
             assert many == 2
@@ -134,8 +147,9 @@ def test_an_async_callers_transaction_commits_or_rolls_back_the_job_with_its_own
     found = loop_thread.run(queue.find(types=["order.placed"]))
     assert [job.id for job in found] == [committed]
     with psycopg.connect(pg_dsn) as conn:
-        orders = conn.execute(sql.SQL("SELECT count(*) FROM {}.orders").format(
-            sql.Identifier(schema))).fetchone()
+        orders = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.orders").format(sql.Identifier(schema))
+        ).fetchone()
     assert orders == (1,)
 
 
@@ -155,21 +169,26 @@ def app_async_store(
     """An AsyncPostgresStore on the migrated schema whose connections carry their own
     application_name, so a test can count them."""
     name = "golemq-await-" + uuid.uuid4().hex[:10]
-    store = loop_thread.run(AsyncPostgresStore.connect(
-        pg_dsn, schema=schema, max_size=4, application_name=name))
+    store = loop_thread.run(
+        AsyncPostgresStore.connect(pg_dsn, schema=schema, max_size=4, application_name=name)
+    )
     yield store
     loop_thread.run(store.close())
 
 
 def test_two_hundred_waiting_tasks_share_one_listening_connection(
-    pg_dsn: str, pg_store: PostgresStore, app_async_store: AsyncPostgresStore,
+    pg_dsn: str,
+    pg_store: PostgresStore,
+    app_async_store: AsyncPostgresStore,
     loop_thread: LoopThread,
 ) -> None:
     queue = AsyncQueue(app_async_store)
     name = str(app_async_store.pool.kwargs["application_name"])  # type: ignore[index]
     job_ids = [loop_thread.run(queue.add("t", {"n": n})) for n in range(200)]
-    tasks = [asyncio.run_coroutine_threadsafe(queue.wait(job_id, timeout=60), loop_thread.loop)
-             for job_id in job_ids]
+    tasks = [
+        asyncio.run_coroutine_threadsafe(queue.wait(job_id, timeout=60), loop_thread.loop)
+        for job_id in job_ids
+    ]
     waiters = app_async_store.waiters
     wait_until(lambda: waiters.waiting == 200, timeout=60, what="200 tasks waiting")
     wait_until(lambda: _listening(pg_dsn, name) == 1, timeout=10, what="the listener")
@@ -185,7 +204,8 @@ def test_two_hundred_waiting_tasks_share_one_listening_connection(
     with worker:
         outcomes = [task.result(timeout=60) for task in tasks]
     assert [(s.id, s.status, s.result) for s in outcomes] == [
-        (job_id, JobStatus.SUCCEEDED, {"n": n}) for n, job_id in enumerate(job_ids)]
+        (job_id, JobStatus.SUCCEEDED, {"n": n}) for n, job_id in enumerate(job_ids)
+    ]
     assert _listening(pg_dsn, name) <= 1
     loop_thread.run(app_async_store.close())
     wait_until(lambda: _listening(pg_dsn, name) == 0, timeout=10, what="listener closed")
@@ -196,7 +216,8 @@ async def _pool_stats(store: AsyncPostgresStore) -> dict[str, int]:
 
 
 def test_wait_raises_lookup_error_when_the_job_is_cancelled_meanwhile(
-    async_pg_store: AsyncPostgresStore, loop_thread: LoopThread,
+    async_pg_store: AsyncPostgresStore,
+    loop_thread: LoopThread,
 ) -> None:
     queue = AsyncQueue(async_pg_store)
 
@@ -217,7 +238,9 @@ def test_wait_raises_lookup_error_when_the_job_is_cancelled_meanwhile(
 
 
 def test_a_cancel_from_the_async_queue_aborts_the_running_handler_of_this_process(
-    pg_store: PostgresStore, async_pg_store: AsyncPostgresStore, loop_thread: LoopThread,
+    pg_store: PostgresStore,
+    async_pg_store: AsyncPostgresStore,
+    loop_thread: LoopThread,
 ) -> None:
     assert async_pg_store.identity == pg_store.identity
     started, aborted = threading.Event(), threading.Event()
@@ -257,7 +280,9 @@ def test_the_async_queue_works_over_the_in_memory_store() -> None:
 
 
 def test_the_async_store_migrates_and_closes_what_it_owns(
-    pg_dsn: str, schema: str, loop_thread: LoopThread,
+    pg_dsn: str,
+    schema: str,
+    loop_thread: LoopThread,
 ) -> None:
     async def scenario() -> tuple[list[str], list[str], bool]:
         async with await AsyncPostgresStore.connect(pg_dsn, schema=schema) as store:

@@ -9,7 +9,7 @@ import pytest
 from golemq_pg import InMemoryStore, JobStatus, Queue, Scope
 from golemq_pg.testing import assert_enqueued
 
-USER_TESTS = '''
+USER_TESTS = """
 from pathlib import Path
 
 from golemq_pg import Worker
@@ -47,7 +47,7 @@ def test_a_missing_job_fails_with_what_differs(golemq_queue, golemq_store):
     place_order(golemq_queue, "o2")
     assert_enqueued(golemq_store, "email.send", {"to": "b@example.com", "order": "o2"},
                     priority=1)
-'''
+"""
 
 
 def test_a_users_tests_get_a_fresh_migrated_schema_dropped_afterwards(
@@ -59,10 +59,12 @@ def test_a_users_tests_get_a_fresh_migrated_schema_dropped_afterwards(
     result.assert_outcomes(passed=2, failed=1)
     # The failure says what was expected and how the closest job differs, never a value of
     # the payload (the keys that differ are named).
-    result.stdout.fnmatch_lines([
-        "*no 'email.send' job matches priority=1, payload=<given>: 1 job(s) of that type*",
-        "*job * (pending) differs in priority: 5 != 1; payload: other values for 'to'*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*no 'email.send' job matches priority=1, payload=<given>: 1 job(s) of that type*",
+            "*job * (pending) differs in priority: 5 != 1; payload: other values for 'to'*",
+        ]
+    )
     # (The traceback quotes the test's own source line; the message is the "E" lines.)
     message = [line for line in result.stdout.lines if line.startswith("E ")]
     assert message

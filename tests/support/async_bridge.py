@@ -52,6 +52,7 @@ class AsyncPort:
 
     def __getattr__(self, name: str) -> Any:
         if name in PLANS or name == "job_wait":
+
             def verb(*args: Any, **kwargs: Any) -> Any:
                 return self._loop.run(self.astore.call(name, *args, **kwargs))
 

@@ -116,8 +116,11 @@ class AsyncJobWaiters(shared.WaiterRegistry):
                 except Exception as exc:  # noqa: BLE001 - reconnect, and look at everything
                     self._failures += 1
                     if self._failures == 1 or self._failures % 20 == 0:
-                        log.warning("async_wait_listener_failed", error=type(exc).__name__,
-                                    failures=self._failures)
+                        log.warning(
+                            "async_wait_listener_failed",
+                            error=type(exc).__name__,
+                            failures=self._failures,
+                        )
                     await asyncio.sleep(shared.RETRY_SECONDS)
                     if not self._waiting:
                         return
@@ -129,8 +132,8 @@ class AsyncJobWaiters(shared.WaiterRegistry):
 
     async def _listen(self) -> None:
         async with self._pool.connection() as pooled:
-            cancel = (await (await pooled.execute(self._ctx.queries["channel_names"])).fetchall())
-            done = (await (await pooled.execute(self._ctx.queries["channel_done"])).fetchall())
+            cancel = await (await pooled.execute(self._ctx.queries["channel_names"])).fetchall()
+            done = await (await pooled.execute(self._ctx.queries["channel_done"])).fetchall()
         kinds: dict[str, Kind] = {done[0][0]: "done", cancel[0][1]: "cancel"}
         pool = self._pool
         conninfo = await _resolved(pool.conninfo() if callable(pool.conninfo) else pool.conninfo)
