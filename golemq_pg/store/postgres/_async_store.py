@@ -210,25 +210,13 @@ class AsyncPostgresStore:
         return await self._waiters.wait(job_id, timeout)
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        # The pool's own context manager, not a wrapper of it: this is the hot path of an
+        # add; a connection found read-only is thrown away by the executor (owned=True).
         if self._bound is not None:
             return _given(self._bound)
-        return _pooled(self._pool)
+        return self._pool.connection()
 
 
 @asynccontextmanager
 async def _given(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     yield conn
-
-
-@asynccontextmanager
-async def _pooled(
-    pool: AsyncConnectionPool[Any],
-) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """A connection from the pool; one found read-only is thrown away (see
-    ``StoreConnections._pooled``)."""
-    async with pool.connection() as conn:
-        try:
-            yield conn
-        except psycopg.errors.ReadOnlySqlTransaction:
-            await conn.close()
-            raise

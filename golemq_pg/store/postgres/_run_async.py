@@ -30,7 +30,14 @@ async def run_plan_async(
     step = plans.start(plan)
     if type(step) is not plans.Done:
         async with connection() as conn:
-            step = await _drive(conn, plan, step, owned)
+            try:
+                step = await _drive(conn, plan, step, owned)
+            except psycopg.errors.ReadOnlySqlTransaction:
+                # A session that started read-only stays so: the pool gets a fresh one
+                # (see StoreConnections._pooled).
+                if owned:
+                    await conn.close()
+                raise
     value: R = step.value
     return value
 
