@@ -30,6 +30,7 @@ from golemq_pg import (
     Queue,
     QueuePayloadError,
 )
+from golemq_pg.store.postgres import _waiters
 from tests.support.async_bridge import LoopThread, SyncFacade
 from tests.support.in_process import fast_worker
 from tests.support.waiting import wait_until
@@ -297,3 +298,24 @@ def test_the_async_store_migrates_and_closes_what_it_owns(
     assert closed
     with pytest.raises(ValueError, match="schema"):
         AsyncPostgresStore(object(), schema="Bad-Name")  # type: ignore[arg-type]
+
+
+def test_a_finish_no_hint_announced_is_found_by_the_poll_and_the_listener_stops_when_idle(
+    pg_dsn: str, schema: str, async_pg_store: AsyncPostgresStore, loop_thread: LoopThread,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_waiters, "POLL_INTERVAL", 0.3)
+    monkeypatch.setattr(_waiters, "LINGER", 0.3)
+    queue = AsyncQueue(async_pg_store)
+    waiters = async_pg_store.waiters
+    for _ in range(2):  # the second wait needs a listener again, after the first one left
+        job_id = loop_thread.run(queue.add("t", {}))
+        waiting = asyncio.run_coroutine_threadsafe(queue.wait(job_id, timeout=30),
+                                                   loop_thread.loop)
+        wait_until(lambda: waiters.listening and waiters.waiting == 1, timeout=10,
+                   what="a task waiting, the listener running")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # no NOTIFY: only a poll sees it
+            conn.execute(sql.SQL("UPDATE {}.jobs SET status = 'succeeded', finished_at = now()"
+                                 " WHERE id = %s").format(sql.Identifier(schema)), (int(job_id),))
+        assert waiting.result(timeout=10).status is JobStatus.SUCCEEDED
+        wait_until(lambda: not waiters.listening, timeout=10, what="the idle listener gone")

@@ -163,6 +163,10 @@ class AsyncJobWaiters(shared.WaiterRegistry):
             elif idle_since is None:
                 idle_since = now
             elif now - idle_since >= shared.LINGER:
+                # Said at once (no await before it): a waiter arriving while this task
+                # closes its connection starts a new listener instead of counting on it.
+                if self._task is asyncio.current_task():
+                    self._task = None
                 return
             window = next_poll - now if idle_since is None else shared.POLL_INTERVAL
             notes = await _receive(conn, kinds, max(window, 0.001), 1)
