@@ -182,9 +182,6 @@ class QueueMethod(Generic[A, R]):
             async_method(plan),
         )
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
     @overload
     def __get__(self, obj: None, owner: type) -> QueueMethod[A, R]: ...
     @overload
