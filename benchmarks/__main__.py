@@ -19,7 +19,6 @@ from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 
-import psycopg
 from rich.console import Console
 from rich.markup import escape
 
@@ -76,14 +75,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _reachable(dsn: str) -> bool:
-    try:
-        with psycopg.connect(dsn, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
 def resolve_dsn(explicit: str | None, console: Console) -> str:
     """--dsn, else $GOLEMQ_DSN, else the local test server, else the embedded server."""
     if explicit:
@@ -91,9 +82,10 @@ def resolve_dsn(explicit: str | None, console: Console) -> str:
     env = os.environ.get("GOLEMQ_DSN")
     if env:
         return env
-    if _reachable(LOCAL_DSN):
+    from golemq_pg._embedded import ensure_server, reachable  # noqa: PLC0415 - only when needed
+
+    if reachable(LOCAL_DSN):
         return LOCAL_DSN
-    from golemq_pg._embedded import ensure_server  # noqa: PLC0415 - only when needed
 
     console.print("using the embedded PostgreSQL (set GOLEMQ_DSN to use your own server)")
     return ensure_server()

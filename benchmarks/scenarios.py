@@ -123,14 +123,14 @@ def run_bulk(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figure
     n = _slow(system, sizes.bulk, sizes.bulk_slow)
     with _box(system, dsn, "bulk") as box:
         system.install(box)
-        seconds = system.bulk_enqueue(box, n)
+        seconds = system.bulk_enqueue(box, n, **variant.options.get("enqueue", {}))
     return {"jobs_per_s": n / seconds, "jobs": n}
 
 
 def run_single(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
     with _box(system, dsn, "single") as box:
         system.install(box)
-        seconds = system.single_enqueue(box, sizes.single)
+        seconds = system.single_enqueue(box, sizes.single, **variant.options.get("enqueue", {}))
     return {"adds_per_s": sizes.single / seconds, "ms_per_add": seconds / sizes.single * 1000}
 
 

@@ -15,6 +15,7 @@ from golemq_pg._types import (
     Transition,
     WorkerSummary,
 )
+from golemq_pg.async_queue import AsyncQueue
 from golemq_pg.errors import (
     QueueConfigError,
     QueuePayloadError,
@@ -23,9 +24,12 @@ from golemq_pg.errors import (
 )
 from golemq_pg.queue import Queue
 from golemq_pg.store import InMemoryStore, JobStore, PostgresStore
+from golemq_pg.store.postgres import AsyncPostgresStore
 from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Worker
 
 __all__ = [
+    "AsyncPostgresStore",
+    "AsyncQueue",
     "AttemptError",
     "BatchEvent",
     "CancelSignal",

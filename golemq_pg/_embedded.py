@@ -57,6 +57,17 @@ def stop_server(directory: Path | None = None) -> bool:
     return True
 
 
+def reachable(dsn: str) -> bool:
+    """Whether a PostgreSQL server answers at ``dsn`` within a few seconds."""
+    import psycopg  # noqa: PLC0415 - imported when a server is looked for
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
 def resolve_dsn(dsn: str | None, *, announce: Any = None) -> str:
     """``dsn``, else $GOLEMQ_DSN, else the embedded server (announced through ``announce``)."""
     if dsn:

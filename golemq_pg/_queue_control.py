@@ -1,77 +1,140 @@
-"""Control of single jobs and of types, as :class:`golemq_pg.Queue` methods.
+"""Control of jobs and of types: the plans of the cancel methods, ``pause``, ``resume``,
+``paused``, ``retry`` and ``run_now``, methods of :class:`golemq_pg.Queue` and
+:class:`golemq_pg.AsyncQueue` (see ``_queue_core``).
 
-A base of ``Queue`` (kept apart so ``queue.py`` stays readable): pause / resume a type,
-list the paused ones, retry one dead letter, run one parked job now. Every argument is
-validated before the store is called; bad input raises ``ValueError`` and changes nothing.
+Kept apart from ``_queue_plans`` so each stays readable. Every argument is validated before
+the store is called; bad input raises ``ValueError`` and changes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from golemq_pg._types import JobType, PausedType
+from golemq_pg import _local
+from golemq_pg._queue_core import QueueCore, QueuePlan, call, check_job_id, required_scope
+from golemq_pg._types import JobType, PausedType, ScopeLike, Transition
 from golemq_pg._validation import check_name
-from golemq_pg.store.port import JobStore
+from golemq_pg.store.port import CancelFilter, CancelledJob
 
 #: The longest pause reason accepted (the ``paused_types.reason`` column's bound).
 MAX_PAUSE_REASON = 1000
 
-
-class ControlMethods:
-    """``pause``, ``resume``, ``paused``, ``retry``, ``run_now`` (see the module docstring)."""
-
-    store: JobStore
-
-    def pause(self, job_type: str | JobType[Any], reason: str | None = None) -> None:
-        """Stop every worker (every process, every claim path) from claiming ``job_type``.
-
-        Jobs of the type already running finish; enqueueing keeps working; the type's jobs
-        count as not due for ``run_until_empty``. Pausing a paused type replaces its reason.
-        ``reason``: at most 1000 characters, shown by ``paused()`` and the CLI.
-        """
-        name = _type_name(job_type)
-        if reason is not None:
-            if not isinstance(reason, str):
-                raise ValueError(f"reason must be a string, got {type(reason).__name__}")
-            if len(reason) > MAX_PAUSE_REASON:
-                raise ValueError(f"reason must be at most {MAX_PAUSE_REASON} characters")
-            if "\x00" in reason:
-                raise ValueError("reason must not contain NUL characters")
-        self.store.type_pause(name, reason)
-
-    def resume(self, job_type: str | JobType[Any]) -> bool:
-        """Let workers claim ``job_type`` again; idle workers are woken at once (a
-        notification), not at their next poll. False when the type was not paused."""
-        return self.store.type_resume(_type_name(job_type))
-
-    def paused(self) -> dict[str, PausedType]:
-        """Every paused type, by name: ``PausedType(type, paused_at, reason)``."""
-        return self.store.type_paused()
-
-    def retry(self, job_id: str) -> bool:
-        """Move one dead letter (FAILED) back to PENDING, due now, with attempts 0 and
-        ``last_error`` cleared (the attempt history is kept). False, and nothing changed,
-        when the job is not FAILED (or unknown, or keyed while a PENDING job holds its key).
-        """
-        return self.store.job_retry(check_job_id(job_id))
-
-    def run_now(self, job_id: str) -> bool:
-        """Make one PENDING job parked in the future (scheduled, retry backoff) due now.
-        False, and nothing changed, when it is already due, running, finished or unknown."""
-        return self.store.job_run_now(check_job_id(job_id))
+__all__ = [
+    "MAX_PAUSE_REASON",
+    "cancel",
+    "cancel_by_dedupe_keys",
+    "cancel_for_scope",
+    "cancel_pending_for_scope",
+    "check_job_id",
+    "pause",
+    "paused",
+    "resume",
+    "retry",
+    "run_now",
+]
 
 
-def _type_name(job_type: object) -> str:
-    if isinstance(job_type, JobType):
-        return check_name(job_type.name, "job type")
-    return check_name(job_type, "job type")
+def pause(
+    q: QueueCore[Any], job_type: str | JobType[Any], reason: str | None = None
+) -> QueuePlan[None]:
+    """Stop every worker (every process, every claim path) from claiming ``job_type``.
+
+    Jobs of the type already running finish; enqueueing keeps working; the type's jobs
+    count as not due for ``run_until_empty``. Pausing a paused type replaces its reason.
+    ``reason``: at most 1000 characters, shown by ``paused()`` and the CLI.
+    """
+    name = q._check_type(job_type)
+    if reason is not None:
+        if not isinstance(reason, str):
+            raise ValueError(f"reason must be a string, got {type(reason).__name__}")
+        if len(reason) > MAX_PAUSE_REASON:
+            raise ValueError(f"reason must be at most {MAX_PAUSE_REASON} characters")
+        if "\x00" in reason:
+            raise ValueError("reason must not contain NUL characters")
+    yield call("type_pause", name, reason)
 
 
-def check_job_id(job_id: object) -> str:
-    """A job id as ``add()`` returns it (the rule of ``Queue``'s other by-id methods)."""
-    if isinstance(job_id, bool) or not isinstance(job_id, str | int):
-        raise ValueError("job_id must be a string")
-    text = str(job_id)
-    if not text.isdigit() or len(text) > 19:
-        raise ValueError("job_id must be a job id as returned by add()")
-    return text
+def resume(q: QueueCore[Any], job_type: str | JobType[Any]) -> QueuePlan[bool]:
+    """Let workers claim ``job_type`` again; idle workers are woken at once (a
+    notification), not at their next poll. False when the type was not paused."""
+    return bool((yield call("type_resume", q._check_type(job_type))))
+
+
+def paused(q: QueueCore[Any]) -> QueuePlan[dict[str, PausedType]]:
+    """Every paused type, by name: ``PausedType(type, paused_at, reason)``."""
+    found: dict[str, PausedType] = yield call("type_paused")
+    return found
+
+
+def retry(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
+    """Move one dead letter (FAILED) back to PENDING, due now, with attempts 0 and
+    ``last_error`` cleared (the attempt history is kept). False, and nothing changed,
+    when the job is not FAILED (or unknown, or keyed while a PENDING job holds its key).
+    """
+    return bool((yield call("job_retry", check_job_id(job_id))))
+
+
+def run_now(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
+    """Make one PENDING job parked in the future (scheduled, retry backoff) due now.
+    False, and nothing changed, when it is already due, running, finished or unknown."""
+    return bool((yield call("job_run_now", check_job_id(job_id))))
+
+
+# -- cancellation ------------------------------------------------------------------------
+
+
+def cancel_for_scope(
+    q: QueueCore[Any], scope: ScopeLike, *, reason: str | None = None
+) -> QueuePlan[int]:
+    """Drop queued jobs of ``scope`` and abort its running ones; returns how many."""
+    scope_v = required_scope(scope)
+    return (yield from _cancel(q, CancelFilter(scope=scope_v), reason))
+
+
+def cancel_pending_for_scope(
+    q: QueueCore[Any], scope: ScopeLike, *, reason: str | None = None
+) -> QueuePlan[int]:
+    """Drop queued jobs of ``scope``, leaving running work alone; returns how many."""
+    scope_v = required_scope(scope)
+    return (yield from _cancel(q, CancelFilter(scope=scope_v, pending_only=True), reason))
+
+
+def cancel_by_dedupe_keys(
+    q: QueueCore[Any],
+    job_type: str | JobType[Any],
+    keys: Iterable[str],
+    *,
+    reason: str | None = None,
+) -> QueuePlan[int]:
+    """Cancel live jobs of ``job_type`` with any of ``keys``; returns how many."""
+    name = q._check_type(job_type)
+    if isinstance(keys, str):
+        raise ValueError("keys must be an iterable of dedupe keys, not a single string")
+    key_list = [check_name(k, "dedupe_key") for k in keys]
+    if not key_list:
+        return 0
+    return (yield from _cancel(q, CancelFilter(type=name, dedupe_keys=key_list), reason))
+
+
+def cancel(q: QueueCore[Any], job_id: str, *, reason: str | None = None) -> QueuePlan[bool]:
+    """Cancel one pending or running job; True when it was live."""
+    return (yield from _cancel(q, CancelFilter(job_ids=[check_job_id(job_id)]), reason)) > 0
+
+
+def _cancel(q: QueueCore[Any], selector: CancelFilter, reason: str | None) -> QueuePlan[int]:
+    if reason is not None and not isinstance(reason, str):
+        raise ValueError("reason must be a string")
+    reason = (reason or "cancelled")[:500]
+    cancelled: list[CancelledJob] = yield call("job_cancel", selector, reason)
+    running = [c.id for c in cancelled if c.was_running]
+    if running:
+        _local.abort(q.store, running, reason)
+    if q.observers:
+        for job in cancelled:
+            q._notify(_cancel_transition(job, reason))
+    return len(cancelled)
+
+
+def _cancel_transition(job: CancelledJob, reason: str) -> Transition:
+    return Transition(job.id, job.type, job.scope, "cancelled", job.attempts, error=reason)

@@ -2,7 +2,10 @@
 live in tests/support/. tests/README.md says where a new test, fixture or helper goes."""
 
 pytest_plugins = [
+    "tests.plugins.async_stores",
     "tests.plugins.database",
     "tests.plugins.faults",
     "tests.plugins.ledgers",
+    # pytester: the tests of golemq_pg.pytest_plugin run a user's test file.
+    "pytester",
 ]

@@ -16,6 +16,7 @@ from benchmarks.systems.base import (
     UnavailableError,
     Variant,
     paced,
+    run_async,
     wait_until,
 )
 
@@ -48,6 +49,20 @@ def _succeeded() -> Any:
     import golemq_pg  # noqa: PLC0415
 
     return golemq_pg.JobStatus.SUCCEEDED
+
+
+async def _async_enqueue(box: Sandbox, work: Any) -> float:
+    """Seconds ``await work(AsyncQueue)`` takes on an AsyncPostgresStore (pool connected
+    before the clock starts, as for the sync side)."""
+    import golemq_pg  # noqa: PLC0415
+
+    async with await golemq_pg.AsyncPostgresStore.connect(box.dsn, schema=box.schema,
+                                                          max_size=2) as store:
+        queue = golemq_pg.AsyncQueue(store)
+        await store.pool.wait()
+        started = time.perf_counter()
+        await work(queue)
+        return time.perf_counter() - started
 
 
 class _Counter:
@@ -125,6 +140,10 @@ class GolemqSystem(System):
                     Variant(self.name, "resource-open",
                             f"golemq-pg resource pool (cap {POOL_OPEN_CAP}, not binding)",
                             {**base, "resource": POOL_OPEN_CAP})]
+        if scenario in ("single", "bulk"):
+            # AsyncQueue on an AsyncPostgresStore: the same producer, awaited on a loop.
+            return [default, Variant(self.name, "async", "golemq-pg AsyncQueue",
+                                     {**base, "enqueue": {"asynchronous": True}})]
         return [default]
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -177,9 +196,11 @@ class GolemqSystem(System):
                 chunk = range(start, min(n, start + BULK_CHUNK))
                 queue.add_many(JOB_TYPE, [{"i": i} for i in chunk])
 
-    def bulk_enqueue(self, box: Sandbox, n: int) -> float:
+    def bulk_enqueue(self, box: Sandbox, n: int, asynchronous: bool = False) -> float:
         queue_cls = _api()[1]
         payloads = [{"i": i} for i in range(n)]
+        if asynchronous:
+            return run_async(lambda: _async_enqueue(box, lambda q: q.add_many(JOB_TYPE, payloads)))
         with self._store(box, max_size=2) as store:
             queue = queue_cls(store)
             # The raw side connects before its clock starts; so does this one (otherwise the
@@ -190,8 +211,14 @@ class GolemqSystem(System):
             queue.add_many(JOB_TYPE, payloads)
             return time.perf_counter() - started
 
-    def single_enqueue(self, box: Sandbox, n: int) -> float:
+    def single_enqueue(self, box: Sandbox, n: int, asynchronous: bool = False) -> float:
         queue_cls = _api()[1]
+        if asynchronous:
+            async def adds(queue: Any) -> None:
+                for i in range(n):
+                    await queue.add(JOB_TYPE, {"i": i})
+
+            return run_async(lambda: _async_enqueue(box, adds))
         with self._store(box, max_size=2) as store:
             queue = queue_cls(store)
             # The raw side connects before its clock starts; so does this one (otherwise the

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import (
@@ -18,6 +20,8 @@ from golemq_pg.store.port import (
 from tests.support.store_port import add, claim, ids, refs, slots
 from tests.support.waiting import wait_until
 
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
 # -- cancel -----------------------------------------------------------------------------------
 
 

@@ -19,6 +19,9 @@ from golemq_pg.store.port import (
 )
 from tests.support.store_port import SHORT_LEASE, add, claim, ids, refs, slots
 
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
+
 #: Every claim path a type can take: fast, guarded (scope, type guards), grouped, pooled.
 CLAIM_PATHS: dict[str, dict[str, Any]] = {
     "fast": {},

@@ -19,6 +19,9 @@ from golemq_pg.store.port import (
 )
 from tests.support.store_port import add, claim, concurrently, put, refs, slots
 
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
+
 
 def test_enqueue_returns_increasing_string_ids_and_a_pending_row(store: JobStore) -> None:
     before = store.now()

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import CancelFilter, DueSchedule, FailItem, JobStore, ScheduleParams
 from tests.support.store_port import claim, concurrently, refs, slots
 
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
 
 def _every(
     key: str,

@@ -3,8 +3,12 @@ payload read (job_payload), on both stores."""
 
 from __future__ import annotations
 
+import pytest
+
 from golemq_pg.store.port import EnqueueManyParams, EnqueueParams, FindParams, JobStore
 
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
 
 def enqueue(store: JobStore, tags: tuple[str, ...] | None, **fields: object) -> str:
     """One job of type ``t`` with ``tags``; returns its id."""

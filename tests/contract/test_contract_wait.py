@@ -19,6 +19,9 @@ from golemq_pg.store.port import CancelFilter, FailItem, JobStore, RetryItem
 from tests.support.store_port import SHORT_LEASE, add, claim, refs, slots
 from tests.support.waiting import wait_until
 
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
+
 #: How long a waiter must stay blocked before the test wakes it (it is not yet terminal).
 STILL_BLOCKED = 0.3
 

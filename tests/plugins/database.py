@@ -3,36 +3,22 @@ embedded one) and a fresh schema per test, plus both stores for the contract sui
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from golemq_pg import InMemoryStore, PostgresStore
-from golemq_pg._embedded import ensure_server
+from golemq_pg.pytest_plugin import find_dsn
 from tests.support.schemas import fresh_schema
 
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-def _reachable(dsn: str) -> bool:
-    try:
-        with psycopg.connect(dsn, connect_timeout=3):
-            return True
-    except psycopg.Error:
-        return False
-
-
 @pytest.fixture(scope="session")
 def pg_dsn() -> str:
-    """The DSN of the PostgreSQL the suite runs against."""
-    env = os.environ.get("GOLEMQ_TEST_DSN")
-    if env:
-        return env
-    if _reachable(LOCAL_DSN):
-        return LOCAL_DSN
-    return ensure_server()
+    """The DSN of the PostgreSQL the suite runs against (the users' plugin's rule, with the
+    local ``test`` database as the local server)."""
+    return find_dsn(local=(LOCAL_DSN,))
 
 
 @pytest.fixture
@@ -57,9 +43,29 @@ def mem_store() -> object:
     return InMemoryStore()
 
 
-@pytest.fixture(params=["memory", "postgres"])
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "async_store_too: the `store` fixture also runs the module's tests on the async "
+        "producer path (AsyncPostgresStore, through tests.support.async_bridge.AsyncPort)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``store``: both stores; a module marked ``async_store_too`` also gets the async port."""
+    if "store" not in metafunc.fixturenames:
+        return
+    kinds = ["memory", "postgres"]
+    if metafunc.definition.get_closest_marker("async_store_too") is not None:
+        kinds.append("async-postgres")
+    metafunc.parametrize("store", kinds, indirect=True)
+
+
+@pytest.fixture
 def store(request: pytest.FixtureRequest) -> object:
-    """Both stores, for the contract suite."""
+    """Both stores, for the contract suite (and the async port, see pytest_generate_tests)."""
     if request.param == "memory":
         return request.getfixturevalue("mem_store")
+    if request.param == "async-postgres":
+        return request.getfixturevalue("async_port")
     return request.getfixturevalue("pg_store")

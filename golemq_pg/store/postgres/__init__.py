@@ -4,6 +4,10 @@ This package is the privacy boundary of the PostgreSQL store: its ``__all__`` is
 surface, and every module inside it is private (``_name``):
 
 * ``_store``: :class:`PostgresStore` itself (lifecycle, producer, consumer, inspection);
+* ``_async_store``: :class:`AsyncPostgresStore`, the producer side for asyncio;
+* ``_plans``: the steps a verb written once yields; ``_run_sync`` / ``_run_async``: the
+  executors that run them on ``Connection`` / ``AsyncConnection``; ``_producer``: the
+  producer and inspection verbs as plans;
 * ``_connections``: the pool it owns or wraps, and the per-verb connection helpers;
 * ``_cancel`` and ``_schedules``: the cancel verb and the schedule verbs;
 * ``_claim``: the claim (fast path and guarded path);
@@ -13,7 +17,8 @@ surface, and every module inside it is private (``_name``):
 * ``_listener``: the LISTEN connection of a worker.
 """
 
+from golemq_pg.store.postgres._async_store import AsyncPostgresStore
 from golemq_pg.store.postgres._migrations import migration_script
 from golemq_pg.store.postgres._store import PostgresStore
 
-__all__ = ["PostgresStore", "migration_script"]
+__all__ = ["AsyncPostgresStore", "PostgresStore", "migration_script"]

@@ -13,9 +13,10 @@ connection and transaction helpers, the retried fenced write); the verb groups o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
 
 import psycopg
 import structlog
@@ -23,10 +24,16 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from golemq_pg.store.postgres._claim import Claimer
+from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
+from golemq_pg.store.postgres._plans import channels as plan_channels
+from golemq_pg.store.postgres._run_sync import run_plan
 from golemq_pg.store.postgres._sql import Queries, queries_for
 from golemq_pg.store.postgres._waiters import JobWaiters
 
 log = structlog.get_logger("golemq_pg.store.postgres")
+
+R = TypeVar("R")
+P = ParamSpec("P")
 
 #: Transient conflicts a fenced, idempotent batch write may simply run again: a deadlock
 #: with a concurrent cancel, or a unique-index race with a concurrent "replace" enqueue.
@@ -39,7 +46,7 @@ WRITE_ATTEMPTS = 3
 # minute the pool could stay empty for another minute although the server was back, and the
 # worker would sit alive but idle. Giving up after a few seconds and starting over at once
 # (_keep_reconnecting) caps the gap between attempts at 4 s.
-_RECONNECT_TIMEOUT = 5.0
+RECONNECT_TIMEOUT = 5.0
 
 
 def _keep_reconnecting(pool: ConnectionPool[Any]) -> None:
@@ -54,22 +61,28 @@ def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
 
-def open_pool(
-    dsn: str,
-    *,
-    schema: str,
-    min_size: int,
-    max_size: int,
-    statement_timeout: float,
-    lock_timeout: float,
-    idle_in_transaction_session_timeout: float,
-    application_name: str,
-) -> ConnectionPool[Any]:
-    """An open pool of autocommit connections to ``dsn`` with the store's session settings.
+class ConnectionOptions(TypedDict, total=False):
+    """The options of the connections a store opens, ``connect(dsn, **options)`` of
+    ``PostgresStore`` and ``AsyncPostgresStore`` alike: timeouts in seconds (0 disables),
+    set on every connection at start-up, and the ``application_name`` it shows in
+    ``pg_stat_activity``. Defaults: 30, 10 and 60 seconds, ``"golemq-pg"``."""
 
-    Timeouts are seconds (0 disables), set on every connection at start-up.
+    statement_timeout: float
+    lock_timeout: float
+    idle_in_transaction_session_timeout: float
+    application_name: str
+
+
+def connection_kwargs(**options: Unpack[ConnectionOptions]) -> dict[str, Any]:
+    """The connection arguments of every connection a store opens (``PostgresStore.connect``
+    and ``AsyncPostgresStore.connect`` alike): autocommit, and the session settings at
+    start-up. The one place connection options are decided.
     """
-    options = " ".join(
+    statement_timeout = options.get("statement_timeout", 30.0)
+    lock_timeout = options.get("lock_timeout", 10.0)
+    idle_in_transaction_session_timeout = options.get("idle_in_transaction_session_timeout", 60.0)
+    application_name = options.get("application_name", "golemq-pg")
+    settings = " ".join(
         (
             # Timestamps come back as UTC datetimes whatever the server's default zone.
             "-c TimeZone=UTC",
@@ -83,24 +96,34 @@ def open_pool(
             + str(_ms(idle_in_transaction_session_timeout)),
         )
     )
+    return {"autocommit": True, "options": settings, "application_name": application_name}
+
+
+def pool_options(
+    *, schema: str, min_size: int, max_size: int, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The options of the pool a store owns (``ConnectionPool`` and ``AsyncConnectionPool``
+    alike), its connections made with ``kwargs`` (:func:`connection_kwargs`)."""
+    return {
+        "min_size": min_size,
+        "max_size": max_size,
+        "kwargs": kwargs,
+        "name": "golemq-" + schema,
+        "reconnect_timeout": RECONNECT_TIMEOUT,
+    }
+
+
+def open_pool(dsn: str, **options: Any) -> ConnectionPool[Any]:
+    """An open pool to ``dsn`` with :func:`pool_options` ``options``."""
     return ConnectionPool(
-        dsn,
-        min_size=min_size,
-        max_size=max_size,
-        kwargs={"autocommit": True, "options": options, "application_name": application_name},
-        name="golemq-" + schema,
-        open=True,
-        reconnect_timeout=_RECONNECT_TIMEOUT,
-        reconnect_failed=_keep_reconnecting,
+        dsn, **pool_options(**options), open=True, reconnect_failed=_keep_reconnecting
     )
 
 
 class Shared:
     """State shared by a store and the connection-bound stores derived from it."""
 
-    __slots__ = (
-        "channels", "claimer", "dsn", "owns_pool", "pool", "queries", "schema", "waiters"
-    )
+    __slots__ = ("claimer", "ctx", "dsn", "owns_pool", "pool", "queries", "schema", "waiters")
 
     def __init__(
         self,
@@ -115,10 +138,11 @@ class Shared:
         self.dsn = dsn
         self.owns_pool = owns_pool
         self.queries: Queries = queries_for(schema)
+        # What the verbs written as plans need (shared with AsyncPostgresStore's plans).
+        self.ctx = PlanContext(self.queries, schema, queue_identity(pool.conninfo, schema))
         self.claimer = Claimer(self.queries, schema, rate_window)
-        self.channels: tuple[str, str] | None = None
         # queue.wait(): no thread or connection until the first wait.
-        self.waiters = JobWaiters(pool, self.queries, lambda: self.dsn)
+        self.waiters = JobWaiters(pool, self.ctx, lambda: self.dsn)
 
 
 class StoreConnections:
@@ -195,8 +219,22 @@ class StoreConnections:
 
     def channels(self) -> tuple[str, str]:
         """The NOTIFY channel names (jobs, cancel) of this schema, fetched once."""
-        found = self._shared.channels
-        if found is None:
-            row = self._fetch("channel_names")[0]
-            found = self._shared.channels = (row[0], row[1])
-        return found
+        return self._run(plan_channels(self._shared.ctx))
+
+    def _run(self, plan: Plan[R]) -> R:
+        """Run a verb's plan (see ``_plans``) on this store's connection for one verb."""
+        return run_plan(self._connection, plan, self._bound is None)
+
+
+def sync_verb(
+    plan: Callable[Concatenate[PlanContext, P], Plan[R]],
+) -> Callable[Concatenate[StoreConnections, P], R]:
+    """A store method running ``plan`` with the store's context and the caller's arguments
+    (its name, docstring and signature are the plan's)."""
+
+    def verb(self: StoreConnections, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return run_plan(
+            self._connection, plan(self._shared.ctx, *args, **kwargs), self._bound is None
+        )
+
+    return functools.wraps(plan)(verb)

@@ -16,57 +16,70 @@ from psycopg import errors as pg_errors
 
 from golemq_pg._types import PausedType
 from golemq_pg.store.postgres import _rows as rows
-from golemq_pg.store.postgres._connections import StoreConnections
+from golemq_pg.store.postgres._connections import StoreConnections, sync_verb
+from golemq_pg.store.postgres._plans import IN_TRANSACTION, Plan, PlanContext, Rows
+
+
+def type_pause(ctx: PlanContext, job_type: str, reason: str | None) -> Plan[PausedType]:
+    """Pause ``job_type`` (again: the reason is replaced, ``paused_at`` kept)."""
+    row = (yield Rows(ctx.queries["type_pause"], {"type": job_type, "reason": reason}))[0]
+    return PausedType(type=row[0], paused_at=row[1], reason=row[2])
+
+
+def type_resume(ctx: PlanContext, job_type: str) -> Plan[bool]:
+    """Resume ``job_type`` and wake its idle workers; False when it was not paused."""
+    return bool((yield Rows(ctx.queries["type_resume"], {"type": job_type})))
+
+
+def type_paused(ctx: PlanContext) -> Plan[dict[str, PausedType]]:
+    """Every paused type, by name."""
+    return {
+        row[0]: PausedType(type=row[0], paused_at=row[1], reason=row[2])
+        for row in (yield Rows(ctx.queries["type_paused"]))
+    }
+
+
+def job_retry(ctx: PlanContext, job_id: str) -> Plan[bool]:
+    """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
+
+    False (nothing changed) when the job is not FAILED, unknown, or keyed while a
+    PENDING job holds its key.
+    """
+    number = rows.int_id(job_id)
+    if number is None:
+        return False
+    try:
+        return bool((yield Rows(ctx.queries["job_retry"], {"id": number})))
+    except pg_errors.UniqueViolation:
+        # A job of the same key was enqueued while this one was being revived. In a
+        # caller's transaction (now aborted) that must surface, not read as False.
+        if (yield IN_TRANSACTION):
+            raise
+        return False
+
+
+def job_run_now(ctx: PlanContext, job_id: str) -> Plan[bool]:
+    """A PENDING job with a future ``run_at`` becomes due now; False otherwise."""
+    number = rows.int_id(job_id)
+    if number is None:
+        return False
+    return bool((yield Rows(ctx.queries["job_run_now"], {"id": number})))
+
+
+def job_run_now_types(ctx: PlanContext, types: Sequence[str]) -> Plan[int]:
+    """Every future PENDING job of ``types`` (paused types excepted) becomes due now."""
+    if not types:
+        return 0
+    return int((yield Rows(ctx.queries["job_run_now_types"], {"types": list(types)}))[0][0])
 
 
 class ControlVerbs(StoreConnections):
     """``type_pause``, ``type_resume``, ``type_paused``, ``job_retry``, ``job_run_now``,
-    ``job_run_now_types`` (see the module docstring)."""
+    ``job_run_now_types`` (see the module docstring; plans shared with AsyncPostgresStore)."""
 
-    def type_pause(self, job_type: str, reason: str | None) -> PausedType:
-        """Pause ``job_type`` (again: the reason is replaced, ``paused_at`` kept)."""
-        row = self._fetch("type_pause", {"type": job_type, "reason": reason})[0]
-        return PausedType(type=row[0], paused_at=row[1], reason=row[2])
-
-    def type_resume(self, job_type: str) -> bool:
-        """Resume ``job_type`` and wake its idle workers; False when it was not paused."""
-        return bool(self._fetch("type_resume", {"type": job_type}))
-
-    def type_paused(self) -> dict[str, PausedType]:
-        """Every paused type, by name."""
-        return {
-            row[0]: PausedType(type=row[0], paused_at=row[1], reason=row[2])
-            for row in self._fetch("type_paused")
-        }
-
-    def job_retry(self, job_id: str) -> bool:
-        """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
-
-        False (nothing changed) when the job is not FAILED, unknown, or keyed while a
-        PENDING job holds its key.
-        """
-        number = rows.int_id(job_id)
-        if number is None:
-            return False
-        with self._connection() as conn:
-            try:
-                return bool(conn.execute(self._q["job_retry"], {"id": number}).fetchall())
-            except pg_errors.UniqueViolation:
-                # A job of the same key was enqueued while this one was being revived. In a
-                # caller's transaction (now aborted) that must surface, not read as False.
-                if not conn.autocommit:
-                    raise
-                return False
-
-    def job_run_now(self, job_id: str) -> bool:
-        """A PENDING job with a future ``run_at`` becomes due now; False otherwise."""
-        number = rows.int_id(job_id)
-        if number is None:
-            return False
-        return bool(self._fetch("job_run_now", {"id": number}))
-
-    def job_run_now_types(self, types: Sequence[str]) -> int:
-        """Every future PENDING job of ``types`` (paused types excepted) becomes due now."""
-        if not types:
-            return 0
-        return int(self._fetch("job_run_now_types", {"types": list(types)})[0][0])
+    type_pause = sync_verb(type_pause)
+    type_resume = sync_verb(type_resume)
+    type_paused = sync_verb(type_paused)
+    job_retry = sync_verb(job_retry)
+    job_run_now = sync_verb(job_run_now)
+    job_run_now_types = sync_verb(job_run_now_types)

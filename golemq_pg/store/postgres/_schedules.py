@@ -15,41 +15,49 @@ import structlog
 from golemq_pg._types import ScheduleSummary
 from golemq_pg.store.port import DueSchedule, NextTick, ScheduleParams
 from golemq_pg.store.postgres import _rows as rows
-from golemq_pg.store.postgres._connections import StoreConnections
+from golemq_pg.store.postgres._connections import StoreConnections, sync_verb
+from golemq_pg.store.postgres._plans import Count, Plan, PlanContext, Rows
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
 
+def schedule_upsert(ctx: PlanContext, params: ScheduleParams) -> Plan[None]:
+    """Create or update a schedule by key."""
+    scope = params.scope
+    args = {
+        "key": params.key,
+        "type": params.type,
+        "payload": rows.jsonb(params.payload),
+        "scope_type": None if scope is None else scope[0],
+        "scope_id": None if scope is None else scope[1],
+        "priority": params.priority,
+        "max_attempts": params.max_attempts,
+        "cron": params.cron,
+        "every_seconds": params.every_seconds,
+        "timezone": params.timezone,
+        "repeat_from": params.repeat_from,
+        "first_run_at": params.first_run_at,
+    }
+    yield Count(ctx.queries["schedule_upsert"], args)
+
+
+def schedule_delete(ctx: PlanContext, key: str) -> Plan[bool]:
+    """Remove a schedule; True when it existed."""
+    return bool((yield Rows(ctx.queries["schedule_delete"], {"key": key})))
+
+
+def schedule_list(ctx: PlanContext) -> Plan[list[ScheduleSummary]]:
+    """Every schedule, by key."""
+    return [rows.schedule(r) for r in (yield Rows(ctx.queries["schedule_list"]))]
+
+
 class ScheduleVerbs(StoreConnections):
-    """``schedule_upsert``, ``schedule_delete``, ``schedule_list``, ``schedule_fire_due``."""
+    """``schedule_upsert``, ``schedule_delete``, ``schedule_list`` (plans shared with
+    AsyncPostgresStore), ``schedule_fire_due``."""
 
-    def schedule_upsert(self, params: ScheduleParams) -> None:
-        """Create or update a schedule by key."""
-        scope = params.scope
-        args = {
-            "key": params.key,
-            "type": params.type,
-            "payload": rows.jsonb(params.payload),
-            "scope_type": None if scope is None else scope[0],
-            "scope_id": None if scope is None else scope[1],
-            "priority": params.priority,
-            "max_attempts": params.max_attempts,
-            "cron": params.cron,
-            "every_seconds": params.every_seconds,
-            "timezone": params.timezone,
-            "repeat_from": params.repeat_from,
-            "first_run_at": params.first_run_at,
-        }
-        with self._connection() as conn:
-            conn.execute(self._q["schedule_upsert"], args)
-
-    def schedule_delete(self, key: str) -> bool:
-        """Remove a schedule; True when it existed."""
-        return bool(self._fetch("schedule_delete", {"key": key}))
-
-    def schedule_list(self) -> list[ScheduleSummary]:
-        """Every schedule, by key."""
-        return [rows.schedule(r) for r in self._fetch("schedule_list")]
+    schedule_upsert = sync_verb(schedule_upsert)
+    schedule_delete = sync_verb(schedule_delete)
+    schedule_list = sync_verb(schedule_list)
 
     def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids."""

@@ -15,17 +15,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import orjson
 import psycopg
 import structlog
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from golemq_pg._types import JobStatus, JobSummary
+from golemq_pg._types import JobSummary
 from golemq_pg._validation import check_schema
 from golemq_pg.store.port import (
     HISTORY_LIMIT,
@@ -37,20 +35,23 @@ from golemq_pg.store.port import (
     EnqueueParams,
     EnqueueResult,
     FailItem,
-    FindParams,
     LeaseRef,
     Listener,
     Reclaimed,
     ResultRef,
     RetryItem,
 )
+from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
     RETRYABLE,
     WRITE_ATTEMPTS,
+    ConnectionOptions,
     Shared,
+    connection_kwargs,
     open_pool,
+    sync_verb,
 )
 from golemq_pg.store.postgres._control import ControlVerbs
 from golemq_pg.store.postgres._listener import PgListener
@@ -86,27 +87,18 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
-        statement_timeout: float = 30.0,
-        lock_timeout: float = 10.0,
-        idle_in_transaction_session_timeout: float = 60.0,
         rate_window: float = 60.0,
-        application_name: str = "golemq-pg",
+        **options: Unpack[ConnectionOptions],
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
-        Timeouts are seconds, applied to every pooled connection at start-up (0 disables).
+        ``options``: ``statement_timeout``, ``lock_timeout``,
+        ``idle_in_transaction_session_timeout`` (seconds, applied to every pooled connection
+        at start-up, 0 disables) and ``application_name`` (see ``ConnectionOptions``).
         """
         check_schema(schema)
-        pool = open_pool(
-            dsn,
-            schema=schema,
-            min_size=min_size,
-            max_size=max_size,
-            statement_timeout=statement_timeout,
-            lock_timeout=lock_timeout,
-            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
-            application_name=application_name,
-        )
+        kwargs = connection_kwargs(**options)
+        pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.dsn = dsn
         store._shared.owns_pool = True
@@ -134,15 +126,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
     def identity(self) -> tuple[str, ...]:
         """Which queue this is (server, database, schema): stores sharing it in one process
         abort each other's local handlers synchronously on cancel (see golemq_pg._local)."""
-        conninfo = self._shared.pool.conninfo
-        info: dict[str, Any] = {}
-        if isinstance(conninfo, str):  # a callable conninfo cannot be read without calling it
-            try:
-                info = conninfo_to_dict(conninfo)
-            except psycopg.ProgrammingError:
-                info = {}
-        keys = ("host", "hostaddr", "port", "dbname", "user")
-        return (*(str(info.get(k) or "") for k in keys), self.schema)
+        return self._shared.ctx.identity
 
     @property
     def pool(self) -> ConnectionPool[Any]:
@@ -179,76 +163,16 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         bound = " bound" if self._bound is not None else ""
         return f"<PostgresStore schema={self.schema!r}{bound}>"
 
-    # -- producer ----------------------------------------------------------------------------------
+    # -- producer (plans shared with AsyncPostgresStore: see _producer) ------------------------
     def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
         """Insert one job, applying the dedupe rule; with ``connection``, inside it."""
         store = self if connection is None else self.with_connection(connection)
-        scope = params.scope
-        args: dict[str, Any] = {
-            "type": params.type,
-            "payload": rows.jsonb(params.payload),
-            "scope_type": None if scope is None else scope[0],
-            "scope_id": None if scope is None else scope[1],
-            "run_at": params.run_at,
-            "delay": float(params.delay),
-            "max_attempts": params.max_attempts,
-            "priority": params.priority,
-            "tags": None if params.tags is None else list(params.tags),
-        }
-        if params.dedupe_key is None:
-            found = store._fetch("job_enqueue", args)
-            return EnqueueResult(id=str(found[0][0]), inserted=True)
-        args["dedupe_key"] = params.dedupe_key
-        args["key_lock_prefix"] = self._shared.schema + ":dedupe:"
-        if params.on_duplicate == "replace":
-            job_id, inserted = store._keyed("job_enqueue_replace", args)[0]
-            return EnqueueResult(id=str(job_id), inserted=inserted, replaced=not inserted)
-        found = store._keyed("job_enqueue_reject", args)
-        if not found:
-            return EnqueueResult(id=None, inserted=False)
-        return EnqueueResult(id=str(found[0][0]), inserted=True)
-
-    def _keyed(self, name: str, args: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """A keyed add: the (type, dedupe_key) advisory lock, then statement ``name``, in one
-        transaction: ours, or the caller's, which then holds the lock to its commit (as the
-        unique index would hold a second add of the key)."""
-        with self._transaction() as conn:
-            conn.execute(self._q["job_enqueue_key_lock"], args)
-            return conn.execute(self._q[name], args).fetchall()
+        return store._run(producer.job_enqueue(self._shared.ctx, params))
 
     def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
         """Insert many jobs of one type with one COPY; returns the count."""
-        if not params.payloads:
-            return 0
         store = self if connection is None else self.with_connection(connection)
-        scope = params.scope
-        # No explicit transaction: the COPY is one statement, atomic on its own (on an
-        # autocommit connection its own transaction), and the due-time read needs none, so
-        # BEGIN and COMMIT would only add two round trips.
-        with store._connection() as conn:
-            run_at: datetime | None = params.run_at
-            if run_at is None and params.delay > 0:
-                run_at = conn.execute(
-                    store._q["job_due_at"], {"delay": float(params.delay)}
-                ).fetchone()[0]  # type: ignore[index]
-            fields = [
-                rows.copy_field(None if scope is None else scope[0]),
-                rows.copy_field(None if scope is None else scope[1]),
-            ]
-            if run_at is not None:
-                fields.append(rows.copy_field(run_at.isoformat()))
-            fields += [rows.copy_field(params.max_attempts), rows.copy_field(params.priority)]
-            if params.tags:
-                fields.append(rows.copy_tags(params.tags))
-            # Every row is "<type>\t<payload>\t<constant tail>\n": built with one join.
-            head = rows.copy_field(params.type) + b"\t"
-            tail = b"\t" + b"\t".join(fields) + b"\n"
-            data = head + rows.copy_join(params.payloads, tail + head) + tail
-            name = "job_copy_in_now" if run_at is None else "job_copy_in"
-            query = store._q[name + "_tagged" if params.tags else name]
-            with conn.cursor() as cur, cur.copy(query) as copy:
-                copy.write(data)
-        return len(params.payloads)
+        return store._run(producer.job_enqueue_many(self._shared.ctx, params))
 
     # -- consumer ----------------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
@@ -409,14 +333,17 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         }
         return bool(self._fetch("job_progress", args))
 
-    # -- inspection and administration -----------------------------------------------------------
-    def job_get(self, job_id: str) -> JobSummary | None:
-        """One job, or None."""
-        number = rows.int_id(job_id)
-        if number is None:
-            return None
-        found = self._fetch("job_get", {"id": number})
-        return rows.summary(found[0]) if found else None
+    # -- inspection and administration (plans shared with AsyncPostgresStore) ---------------
+    job_get = sync_verb(producer.job_get)
+    job_find = sync_verb(producer.job_find)
+    job_payload = sync_verb(producer.job_payload)
+    job_count_by_status = sync_verb(producer.job_count_by_status)
+    job_stats = sync_verb(producer.job_stats)
+    job_stats_by_type = sync_verb(producer.job_stats_by_type)
+    job_oldest_due_age = sync_verb(producer.job_oldest_due_age)
+    job_retry_failed = sync_verb(producer.job_retry_failed)
+    job_prune = sync_verb(producer.job_prune)
+    now = sync_verb(producer.now)
 
     def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
         """Block until the job is terminal and return it; ``LookupError`` when it does not
@@ -427,90 +354,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         """
         return self._shared.waiters.wait(job_id, timeout)
 
-    def job_find(self, params: FindParams) -> list[JobSummary]:
-        """Jobs matching the filters, newest first."""
-        args = rows.filter_args(params)
-        args["statuses"] = (
-            None if params.statuses is None else [JobStatus(s).value for s in params.statuses]
-        )
-        if params.tags:  # an empty list filters nothing, as on the in-memory store
-            args["tags"] = list(params.tags)
-            return [rows.summary(r) for r in self._fetch("job_find_tagged", args)]
-        return [rows.summary(r) for r in self._fetch("job_find", args)]
-
-    def job_payload(self, job_id: str) -> bytes | None:
-        """One job's payload as its JSON encoding, or None when the job does not exist."""
-        number = rows.int_id(job_id)
-        if number is None:
-            return None
-        found = self._fetch("job_payload", {"id": number})
-        return str(found[0][0]).encode("utf-8") if found else None
-
-    def job_count_by_status(self) -> dict[JobStatus, int]:
-        """Counts of every status (0 when none)."""
-        counts = dict.fromkeys(JobStatus, 0)
-        for status, count in self._fetch("job_count_by_status"):
-            counts[JobStatus(status)] = int(count)
-        return counts
-
-    def job_stats(self) -> dict[str, int]:
-        """pending (due now), scheduled (future), running, succeeded, failed."""
-        row = self._fetch("job_stats")[0]
-        keys = ("pending", "scheduled", "running", "succeeded", "failed")
-        return {key: int(value) for key, value in zip(keys, row, strict=True)}
-
-    def job_stats_by_type(self) -> dict[str, dict[str, int]]:
-        """``job_stats`` buckets per job type."""
-        keys = ("pending", "scheduled", "running", "succeeded", "failed")
-        return {
-            str(row[0]): {key: int(value) for key, value in zip(keys, row[1:], strict=True)}
-            for row in self._fetch("job_stats_by_type")
-        }
-
-    def job_oldest_due_age(self) -> float | None:
-        """Seconds the oldest due PENDING job has waited; None when nothing is due."""
-        value = self._fetch("job_oldest_due_age")[0][0]
-        return None if value is None else max(float(value), 0.0)
-
-    def job_retry_failed(self, params: FindParams) -> int:
-        """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all."""
-        jobs_channel = self.channels()[0]
-        with self._transaction() as conn:
-            revived = conn.execute(self._q["job_retry_failed"], rows.filter_args(params)).fetchall()
-            types = sorted({row[1] for row in revived})
-            if types:
-                chunks = rows.json_array_chunks(types)
-                payload = chunks[0] if len(chunks) == 1 else ""
-                conn.execute(self._q["notify"], {"channel": jobs_channel, "payload": payload})
-        return len(revived)
-
-    def job_prune(
-        self,
-        statuses: Sequence[JobStatus],
-        *,
-        before: datetime | None,
-        age: float | None,
-        limit: int | None = None,
-    ) -> int:
-        """Delete finished rows older than the cut-off (``before`` or ``age`` seconds)."""
-        if before is None and age is None:
-            raise ValueError("job_prune needs before or age")
-        args = {
-            "statuses": [JobStatus(s).value for s in statuses],
-            "before": before,
-            "age": None if age is None else float(age),
-            "limit": limit,
-        }
-        with self._connection() as conn:
-            cur = conn.execute(self._q["job_prune"], args)
-            return max(cur.rowcount, 0)
-
     # -- plumbing ----------------------------------------------------------------------------------
-    def now(self) -> datetime:
-        """The database clock: ``now()``."""
-        value: datetime = self._fetch("now")[0][0]
-        return value
-
     def open_listener(self) -> Listener | None:
         """A dedicated LISTEN connection (outside the pool) on the jobs and cancel channels."""
         jobs_channel, cancel_channel = self.channels()

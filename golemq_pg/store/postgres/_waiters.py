@@ -43,7 +43,9 @@ from golemq_pg.store.port import (
 )
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._listener import PgListener
-from golemq_pg.store.postgres._sql import Queries
+from golemq_pg.store.postgres._plans import PlanContext
+from golemq_pg.store.postgres._producer import job_get_many
+from golemq_pg.store.postgres._run_sync import run_plan
 
 log = structlog.get_logger("golemq_pg.store.waiters")
 
@@ -59,24 +61,111 @@ RETRY_SECONDS = 1.0
 #: How long ``close`` waits for the listener thread to close its connection.
 JOIN_SECONDS = 5.0
 #: At most this many further reads of hints already received before one check answers them.
-_BURST = 100
+BURST = 100
 
 
-class _Waiter:
-    """One thread waiting for one job: set once, by a check or by ``close``."""
+class Waiter:
+    """One thread (or task) waiting for one job: set once, by a check or by ``close``."""
 
     __slots__ = ("closed", "event", "job_id", "seq", "sleeping", "summary")
 
-    def __init__(self, job_id: int, seq: int) -> None:
+    def __init__(self, job_id: int, seq: int, event: Any) -> None:
         self.job_id = job_id
         self.seq = seq
-        self.event = threading.Event()
+        self.event = event  # a threading.Event, or an asyncio.Event for AsyncPostgresStore
         self.summary: JobSummary | None = None  # None when set: the job is gone
         self.closed = False
         self.sleeping = False  # past its first look, blocked on the event
 
 
-class JobWaiters:
+def first_look(job_id: str, found: Sequence[JobSummary]) -> JobSummary | None:
+    """A waiter's first look at its job: the summary when it is already terminal, None when
+    it is to sleep; ``LookupError`` when there is no such job."""
+    if not found:
+        raise wait_missing(job_id)
+    return found[0] if found[0].status in TERMINAL_STATUSES else None
+
+
+def outcome(job_id: str, waiter: Waiter) -> JobSummary:
+    """What a woken waiter returns: its job's summary; ``RuntimeError`` when the store was
+    closed, ``LookupError`` when the job is gone."""
+    if waiter.closed:
+        raise RuntimeError(f"the store was closed while waiting for job {job_id}")
+    if waiter.summary is None:
+        raise wait_missing(job_id)
+    return waiter.summary
+
+
+class WaiterRegistry:
+    """Who waits for which job, and the decision of whom a check wakes: the part of waiting
+    shared by :class:`JobWaiters` (threads) and ``_async_waiters.AsyncJobWaiters`` (tasks).
+
+    ``new_event`` makes a waiter's event (``threading.Event`` or ``asyncio.Event``).
+    """
+
+    def __init__(self, new_event: Callable[[], Any]) -> None:
+        self._new_event = new_event
+        self._lock = threading.Lock()
+        self._waiting: dict[int, set[Waiter]] = {}
+        self._seq = 0  # the sequence number of the last waiter registered
+        self._closed = False
+
+    def _register(self, job_id: int) -> Waiter:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            self._seq += 1
+            waiter = Waiter(job_id, self._seq, self._new_event())
+            self._waiting.setdefault(job_id, set()).add(waiter)
+            return waiter
+
+    def _unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            group = self._waiting.get(waiter.job_id)
+            if group is not None:
+                group.discard(waiter)
+                if not group:
+                    del self._waiting[waiter.job_id]
+
+    def _wanted(self, job_ids: set[int] | None) -> tuple[int, list[int]]:
+        """The sequence number now and the waited ids a check is to look at (``None``: all
+        of them, else those of ``job_ids``)."""
+        with self._lock:
+            if job_ids is None:
+                return self._seq, list(self._waiting)
+            return self._seq, [job_id for job_id in job_ids if job_id in self._waiting]
+
+    def _wake(self, wanted: list[int], found: dict[int, JobSummary], seq: int) -> None:
+        """Wake the waiters (registered by ``seq``) of the jobs of ``wanted`` that a check
+        found terminal or did not find at all."""
+        with self._lock:
+            for job_id in wanted:
+                summary = found.get(job_id)
+                if summary is not None and summary.status not in TERMINAL_STATUSES:
+                    continue
+                for waiter in self._waiting.get(job_id, ()):
+                    if waiter.seq <= seq and not waiter.event.is_set():
+                        waiter.summary = summary
+                        waiter.event.set()
+
+    def _close_waiters(self) -> None:
+        """Mark the store closed and wake every waiter (they raise ``RuntimeError``); called
+        with the lock held."""
+        self._closed = True
+        for group in self._waiting.values():
+            for waiter in group:
+                waiter.closed = True
+                waiter.event.set()
+
+    @property
+    def waiting(self) -> int:
+        """How many are blocked waiting right now, past their first look at their job (for
+        tests and diagnostics)."""
+        with self._lock:
+            return sum(w.sleeping for group in self._waiting.values() for w in group)
+
+
+class JobWaiters(WaiterRegistry):
     """The waiters of one store (and of the stores ``with_connection`` derives from it) and
     their listener thread; see the module docstring.
 
@@ -85,17 +174,15 @@ class JobWaiters:
     """
 
     def __init__(
-        self, pool: ConnectionPool[Any], queries: Queries, dsn: Callable[[], str | None]
+        self, pool: ConnectionPool[Any], ctx: PlanContext, dsn: Callable[[], str | None]
     ) -> None:
+        super().__init__(threading.Event)
         self._pool = pool
-        self._q = queries
+        self._ctx = ctx
+        self._q = ctx.queries
         self._dsn = dsn
-        self._lock = threading.Lock()
-        self._waiting: dict[int, set[_Waiter]] = {}
-        self._seq = 0  # the sequence number of the last waiter registered
         self._thread: threading.Thread | None = None
         self._listener: PgListener | None = None
-        self._closed = False
         self._stopped = threading.Event()
         self._failures = 0
 
@@ -115,33 +202,18 @@ class JobWaiters:
         try:
             # Registered first: whatever finishes after this look is hinted, or found by the
             # listener thread's first check (it starts after this look) or by a poll.
-            found = self.fetch([number])
-            if not found:
-                raise wait_missing(job_id)
-            if found[0].status in TERMINAL_STATUSES:
-                return found[0]
+            finished = first_look(job_id, self.fetch([number]))
+            if finished is not None:
+                return finished
             self._sleep(waiter)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if not waiter.event.wait(remaining):
                 raise wait_timed_out(job_id, timeout or 0.0)
-            if waiter.closed:
-                raise RuntimeError(f"the store was closed while waiting for job {job_id}")
-            if waiter.summary is None:
-                raise wait_missing(job_id)
-            return waiter.summary
+            return outcome(job_id, waiter)
         finally:
             self._unregister(waiter)
 
-    def _register(self, job_id: int) -> _Waiter:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the store is closed")
-            self._seq += 1
-            waiter = _Waiter(job_id, self._seq)
-            self._waiting.setdefault(job_id, set()).add(waiter)
-            return waiter
-
-    def _sleep(self, waiter: _Waiter) -> None:
+    def _sleep(self, waiter: Waiter) -> None:
         """The waiter is about to block: make sure the listener thread runs (a wait for a
         job already finished never opens the LISTEN connection)."""
         with self._lock:
@@ -151,27 +223,10 @@ class JobWaiters:
                 self._thread = thread
                 thread.start()
 
-    def _unregister(self, waiter: _Waiter) -> None:
-        with self._lock:
-            group = self._waiting.get(waiter.job_id)
-            if group is not None:
-                group.discard(waiter)
-                if not group:
-                    del self._waiting[waiter.job_id]
-
     def fetch(self, job_ids: Sequence[int]) -> list[JobSummary]:
         """The summaries of those of ``job_ids`` that exist: one statement, on a pooled
         connection held for that statement only."""
-        with self._pool.connection() as conn:
-            found = conn.execute(self._q["job_get_many"], {"ids": list(job_ids)}).fetchall()
-        return [rows.summary(row) for row in found]
-
-    @property
-    def waiting(self) -> int:
-        """How many threads are blocked waiting right now, past their first look at their job
-        (for tests and diagnostics)."""
-        with self._lock:
-            return sum(w.sleeping for group in self._waiting.values() for w in group)
+        return run_plan(self._pool.connection, job_get_many(self._ctx, job_ids), True)
 
     @property
     def listening(self) -> bool:
@@ -183,13 +238,9 @@ class JobWaiters:
         """Wake every waiter (``RuntimeError``), stop the listener thread and close its
         connection; later waits raise ``RuntimeError``. Idempotent."""
         with self._lock:
-            self._closed = True
+            self._close_waiters()
             self._stopped.set()
             thread, listener = self._thread, self._listener
-            for group in self._waiting.values():
-                for waiter in group:
-                    waiter.closed = True
-                    waiter.event.set()
         if listener is not None:
             listener.close()  # cuts a wait on its socket short
         if thread is not None and thread is not threading.current_thread():
@@ -266,7 +317,7 @@ class JobWaiters:
                 notes = listener.wait(timeout) if timeout > 0 else []
                 if notes:
                     notes += _more(listener)
-                full, hinted = _hinted(notes)
+                full, hinted = hints_of(notes)
                 if full or time.monotonic() >= next_poll:
                     self._check(None)
                     next_poll = time.monotonic() + POLL_INTERVAL
@@ -280,12 +331,7 @@ class JobWaiters:
     def _check(self, job_ids: set[int] | None) -> None:
         """Look at the waited jobs (``None``: all of them, else those of ``job_ids``) with one
         statement and wake the waiters of the terminal and the vanished ones."""
-        with self._lock:
-            seq = self._seq
-            if job_ids is None:
-                wanted = list(self._waiting)
-            else:
-                wanted = [job_id for job_id in job_ids if job_id in self._waiting]
+        seq, wanted = self._wanted(job_ids)
         if not wanted:
             return
         try:
@@ -294,15 +340,7 @@ class JobWaiters:
             self._failed("wait_check_failed", exc)
             return
         self._failures = 0
-        with self._lock:
-            for job_id in wanted:
-                summary = found.get(job_id)
-                if summary is not None and summary.status not in TERMINAL_STATUSES:
-                    continue
-                for waiter in self._waiting.get(job_id, ()):
-                    if waiter.seq <= seq and not waiter.event.is_set():
-                        waiter.summary = summary
-                        waiter.event.set()
+        self._wake(wanted, found, seq)
 
     def _failed(self, event: str, exc: Exception) -> None:
         self._failures += 1
@@ -315,7 +353,7 @@ def _more(listener: PgListener) -> list[Notification]:
     """The hints already received after the first one (a burst of completions), so that one
     check answers them all; bounded, so a flood cannot hold the checks back."""
     found: list[Notification] = []
-    for _ in range(_BURST):
+    for _ in range(BURST):
         arrived = listener.wait(0)
         if not arrived:
             break
@@ -323,7 +361,7 @@ def _more(listener: PgListener) -> list[Notification]:
     return found
 
 
-def _hinted(notes: Iterable[Notification]) -> tuple[bool, set[int]]:
+def hints_of(notes: Iterable[Notification]) -> tuple[bool, set[int]]:
     """What the hints ask for: a check of every waited job (a reconnect, an empty ``done``
     hint), and the job ids named."""
     full = False

@@ -1,0 +1,218 @@
+"""What ``Queue`` and ``AsyncQueue`` share besides their plans (``_queue_plans``,
+``_queue_control``): the constructor's validation, the helpers the plans use, the store call
+a plan yields, and how one plan becomes a method of either class.
+
+A plan is a generator function ``plan(queue, *args, **kwargs)`` that yields
+:class:`StoreCall` objects, receives each call's result and returns the method's value.
+:class:`QueueMethod` turns a plan into a method of both classes at once (``Queue``: the value;
+``AsyncQueue``: a coroutine of it), so a method is declared once; only ``add`` and
+``add_many``, whose overloads a descriptor cannot carry, are declared per class, by
+:func:`sync_method` and :func:`async_method`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import types
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, overload
+
+import structlog
+
+from golemq_pg._stepping import drive, drive_async, start
+from golemq_pg._types import JobType, LifecycleObserver, Scope, ScopeLike, Transition
+from golemq_pg._validation import check_name, check_positive_int, check_scope
+
+log = structlog.get_logger("golemq_pg.queue")
+
+P = TypeVar("P", bound=Mapping[str, Any])
+R = TypeVar("R")
+S = TypeVar("S")
+A = ParamSpec("A")
+_T = TypeVar("_T")
+
+
+class _InferPayloadLast(TypedDict, Generic[_T]):
+    """Typing aid only, never built: in ``add(job_type: JobType[P], payload: P | ...)``
+    mypy infers a dict literal before it has solved ``P`` from the JobType, so the literal
+    gets no TypedDict context and the call fails to infer (python/mypy#19201). A union
+    member holding a callable of ``P`` makes mypy infer the payload in its second pass,
+    with ``P`` already known: the literal is then checked against the JobType's TypedDict.
+    """
+
+    golemq_typing_aid_only: Callable[[], _T]
+
+
+class StoreCall:
+    """One call of a store verb, as a plan yields it: ``verb(*args, **kwargs)``."""
+
+    __slots__ = ("args", "kwargs", "verb")
+
+    def __init__(self, verb: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.verb = verb
+        self.args = args
+        self.kwargs = kwargs
+
+
+def call(verb: str, *args: Any, **kwargs: Any) -> StoreCall:
+    """The :class:`StoreCall` of ``store.verb(*args, **kwargs)``."""
+    return StoreCall(verb, args, kwargs)
+
+
+#: A plan's type: yields store calls, receives their results, returns ``R``.
+QueuePlan = Generator[StoreCall, Any, R]
+
+
+class QueueCore(Generic[S]):
+    """The state and helpers of a queue, sync or async (see the module docstring); ``S`` is
+    the kind of store it takes."""
+
+    def __init__(
+        self,
+        store: S,
+        *,
+        default_max_attempts: int = 3,
+        observers: Sequence[LifecycleObserver] = (),
+    ) -> None:
+        self.store = store
+        self.default_max_attempts = check_positive_int(default_max_attempts, "default_max_attempts")
+        for observer in observers:
+            if not callable(getattr(observer, "on_transition", None)):
+                raise ValueError("observers must have an on_transition(transition) method")
+        self.observers = tuple(observers)
+
+    def _check_type(self, job_type: object) -> str:
+        """A job type's name (from a ``JobType`` or a string), validated."""
+        if isinstance(job_type, JobType):
+            return check_name(job_type.name, "job type")
+        return check_name(job_type, "job type")
+
+    def _max_attempts(self, value: int | None) -> int:
+        """``max_attempts`` as given, validated, or the queue's default."""
+        if value is None:
+            return self.default_max_attempts
+        return check_positive_int(value, "max_attempts")
+
+    def _notify(self, transition: Transition) -> None:
+        """Tell every observer; one that raises is logged and contained."""
+        for observer in self.observers:
+            try:
+                observer.on_transition(transition)
+            except Exception:
+                log.exception(
+                    "observer_failed",
+                    job_id=transition.job_id,
+                    type=transition.type,
+                    outcome=transition.outcome,
+                )
+
+    #: Whether the methods are coroutines (``AsyncQueue``) or return values (``Queue``).
+    asynchronous = False
+
+
+class SyncRunner(QueueCore[S]):
+    """The base of ``Queue``: a plan's store calls made in turn, its value returned."""
+
+    asynchronous = False
+
+
+class AsyncRunner(QueueCore[S]):
+    """The base of ``AsyncQueue``: a plan run as a coroutine, its store calls awaited."""
+
+    asynchronous = True
+
+
+def check_job_id(job_id: object) -> str:
+    """A job id as ``add()`` returns it (the rule of every by-id method)."""
+    if isinstance(job_id, bool) or not isinstance(job_id, str | int):
+        raise ValueError("job_id must be a string")
+    text = str(job_id)
+    if not text.isdigit() or len(text) > 19:
+        raise ValueError("job_id must be a job id as returned by add()")
+    return text
+
+
+job_id_of = check_job_id
+
+
+def required_scope(scope: ScopeLike | None) -> Scope:
+    """A scope that must be given (cancel and find by scope)."""
+    scope_v = check_scope(scope)
+    if scope_v is None:
+        raise ValueError("a scope is required")
+    return scope_v
+
+
+def run_sync(store: Any, plan: QueuePlan[R]) -> R:
+    """Drive ``plan`` with a synchronous store: each call made in turn."""
+
+    def execute(step: StoreCall) -> Any:
+        return getattr(store, step.verb)(*step.args, **step.kwargs)
+
+    value: R = drive(plan, execute, start(plan)).value
+    return value
+
+
+async def run_async(store: Any, plan: QueuePlan[R]) -> R:
+    """Drive ``plan`` with an ``AsyncPostgresStore`` (its ``call``), or with a synchronous
+    store (an ``InMemoryStore`` in tests) whose verbs then run in a worker thread."""
+    direct = getattr(store, "call", None)
+
+    async def execute(step: StoreCall) -> Any:
+        if direct is not None:
+            return await direct(step.verb, *step.args, **step.kwargs)
+        return await asyncio.to_thread(getattr(store, step.verb), *step.args, **step.kwargs)
+
+    value: R = (await drive_async(plan, execute, start(plan))).value
+    return value
+
+
+class QueueMethod(Generic[A, R]):
+    """A plan as a method of both ``Queue`` (returns the value) and ``AsyncQueue`` (returns
+    a coroutine of it): declared once, in ``golemq_pg.queue.QueueMethods``."""
+
+    def __init__(self, plan: Callable[Concatenate[Any, A], QueuePlan[R]]) -> None:
+        self.plan = plan
+        self.__doc__ = plan.__doc__
+        self.__wrapped__ = plan
+        # Built once: the method of each kind of queue.
+        self._kinds: tuple[Callable[..., Any], Callable[..., Any]] = (
+            sync_method(plan),
+            async_method(plan),
+        )
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> QueueMethod[A, R]: ...
+    @overload
+    def __get__(
+        self, obj: AsyncRunner[Any], owner: type
+    ) -> Callable[A, Coroutine[Any, Any, R]]: ...
+    @overload
+    def __get__(self, obj: SyncRunner[Any], owner: type) -> Callable[A, R]: ...
+    def __get__(self, obj: Any, owner: type) -> Any:
+        if obj is None:
+            return self
+        return types.MethodType(self._kinds[obj.asynchronous], obj)
+
+
+def sync_method(
+    plan: Callable[Concatenate[Any, A], QueuePlan[R]],
+) -> Callable[Concatenate[Any, A], R]:
+    """A plan as a ``Queue`` method (keeps the plan's overloads for type checkers)."""
+
+    def method(self: QueueCore[Any], /, *args: A.args, **kwargs: A.kwargs) -> R:
+        return run_sync(self.store, plan(self, *args, **kwargs))
+
+    return functools.wraps(plan)(method)
+
+
+def async_method(
+    plan: Callable[Concatenate[Any, A], QueuePlan[R]],
+) -> Callable[Concatenate[Any, A], Coroutine[Any, Any, R]]:
+    """A plan as an ``AsyncQueue`` coroutine method (keeps the plan's overloads)."""
+
+    async def method(self: QueueCore[Any], /, *args: A.args, **kwargs: A.kwargs) -> R:
+        return await run_async(self.store, plan(self, *args, **kwargs))
+
+    return functools.wraps(plan)(method)

@@ -1,0 +1,479 @@
+"""The producer logic of :class:`~golemq_pg.Queue` and :class:`~golemq_pg.AsyncQueue`,
+written once: every method's validation, the store call it makes and what it returns.
+
+Each public method is a plan (a generator, as the store verbs of
+``golemq_pg.store.postgres._plans`` are): it validates its arguments before anything else
+(bad input raises ``ValueError`` or ``QueuePayloadError`` and changes nothing), yields the
+:class:`~golemq_pg._queue_core.StoreCall` it needs and receives its result, then notifies
+observers and returns. ``Queue`` runs the calls on a synchronous store, ``AsyncQueue``
+awaits them on an ``AsyncPostgresStore``; nothing else differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal, overload
+
+from golemq_pg._queue_core import (
+    P,
+    QueueCore,
+    QueuePlan,
+    _InferPayloadLast,
+    call,
+    job_id_of,
+    required_scope,
+)
+from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
+from golemq_pg._types import (
+    Duration,
+    JobStatus,
+    JobSummary,
+    JobType,
+    ScheduleSummary,
+    ScopeLike,
+    Transition,
+    WorkerSummary,
+    type_name,
+)
+from golemq_pg._validation import (
+    check_aware,
+    check_int,
+    check_name,
+    check_positive_int,
+    check_scope,
+    check_statuses,
+    check_tags,
+    encode_payload,
+    encode_payloads,
+    to_seconds,
+)
+from golemq_pg.store.port import (
+    EnqueueManyParams,
+    EnqueueParams,
+    EnqueueResult,
+    FindParams,
+    ScheduleParams,
+)
+
+#: The smallest step of a timestamp: a cron tick exactly at ``start_at`` is its first one.
+_TICK = timedelta(microseconds=1)
+
+
+@overload
+def add(
+    q: QueueCore[Any],
+    job_type: JobType[P],
+    payload: P | _InferPayloadLast[P],
+    *,
+    scope: ScopeLike | None = ...,
+    dedupe_key: str | None = ...,
+    on_duplicate: Literal["reject", "replace"] = ...,
+    run_at: datetime | None = ...,
+    delay: Duration | None = ...,
+    max_attempts: int | None = ...,
+    priority: int = ...,
+    tags: Iterable[str] | None = ...,
+    connection: Any = ...,
+) -> QueuePlan[str | None]: ...
+
+
+@overload
+def add(
+    q: QueueCore[Any],
+    job_type: str,
+    payload: Mapping[str, Any],
+    *,
+    scope: ScopeLike | None = ...,
+    dedupe_key: str | None = ...,
+    on_duplicate: Literal["reject", "replace"] = ...,
+    run_at: datetime | None = ...,
+    delay: Duration | None = ...,
+    max_attempts: int | None = ...,
+    priority: int = ...,
+    tags: Iterable[str] | None = ...,
+    connection: Any = ...,
+) -> QueuePlan[str | None]: ...
+
+
+def add(
+    q: QueueCore[Any],
+    job_type: str | JobType[Any],
+    payload: Mapping[str, Any],
+    *,
+    scope: ScopeLike | None = None,
+    dedupe_key: str | None = None,
+    on_duplicate: Literal["reject", "replace"] = "reject",
+    run_at: datetime | None = None,
+    delay: Duration | None = None,
+    max_attempts: int | None = None,
+    priority: int = 0,
+    tags: Iterable[str] | None = None,
+    connection: Any = None,
+) -> QueuePlan[str | None]:
+    """Enqueue one job; returns its id, or None when rejected as a duplicate.
+
+    With ``connection`` (a psycopg connection) the row is written inside the caller's
+    transaction and becomes visible when the caller commits. ``tags``: at most 16 labels
+    for :meth:`find` (duplicates collapse); a replacing add replaces them with the
+    payload.
+    """
+    name = q._check_type(job_type)
+    scope_v = check_scope(scope)
+    if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+        raise ValueError(f"job type {name!r} is grouped: add() needs a scope")
+    if dedupe_key is not None:
+        check_name(dedupe_key, "dedupe_key")
+    if on_duplicate not in ("reject", "replace"):
+        raise ValueError("on_duplicate must be 'reject' or 'replace'")
+    run_at_v, delay_s = _when(run_at, delay)
+    attempts = q._max_attempts(max_attempts)
+    prio = check_int(priority, "priority")
+    tags_v = check_tags(tags)
+    encoded = encode_payload(name, payload)
+    result: EnqueueResult = yield call(
+        "job_enqueue",
+        EnqueueParams(
+            type=name,
+            payload=encoded,
+            scope=scope_v,
+            dedupe_key=dedupe_key,
+            on_duplicate=on_duplicate,
+            run_at=run_at_v,
+            delay=delay_s,
+            max_attempts=attempts,
+            priority=prio,
+            tags=tags_v,
+        ),
+        connection=connection,
+    )
+    if result.id is not None and result.inserted and q.observers:
+        q._notify(Transition(result.id, name, scope_v, "enqueued", 0))
+    return result.id
+
+
+@overload
+def add_many(
+    q: QueueCore[Any],
+    job_type: JobType[P],
+    payloads: Iterable[P | _InferPayloadLast[P]],
+    *,
+    scope: ScopeLike | None = ...,
+    max_attempts: int | None = ...,
+    priority: int = ...,
+    run_at: datetime | None = ...,
+    delay: Duration | None = ...,
+    tags: Iterable[str] | None = ...,
+    connection: Any = ...,
+) -> QueuePlan[int]: ...
+
+
+@overload
+def add_many(
+    q: QueueCore[Any],
+    job_type: str,
+    payloads: Iterable[Mapping[str, Any]],
+    *,
+    scope: ScopeLike | None = ...,
+    max_attempts: int | None = ...,
+    priority: int = ...,
+    run_at: datetime | None = ...,
+    delay: Duration | None = ...,
+    tags: Iterable[str] | None = ...,
+    connection: Any = ...,
+) -> QueuePlan[int]: ...
+
+
+def add_many(
+    q: QueueCore[Any],
+    job_type: str | JobType[Any],
+    payloads: Iterable[Mapping[str, Any]],
+    *,
+    scope: ScopeLike | None = None,
+    max_attempts: int | None = None,
+    priority: int = 0,
+    run_at: datetime | None = None,
+    delay: Duration | None = None,
+    tags: Iterable[str] | None = None,
+    connection: Any = None,
+) -> QueuePlan[int]:
+    """Enqueue many jobs of one type in one round trip (COPY); returns how many.
+
+    Every payload is validated first: one bad payload rejects the whole call. ``tags``
+    (as for :meth:`add`) go on every job.
+    """
+    name = q._check_type(job_type)
+    scope_v = check_scope(scope)
+    if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+        raise ValueError(f"job type {name!r} is grouped: add_many() needs a scope")
+    if isinstance(payloads, Mapping | str | bytes):
+        raise ValueError("payloads must be an iterable of mappings, not a single value")
+    run_at_v, delay_s = _when(run_at, delay)
+    attempts = q._max_attempts(max_attempts)
+    prio = check_int(priority, "priority")
+    tags_v = check_tags(tags)
+    encoded = encode_payloads(name, payloads)
+    if not encoded:
+        return 0
+    count: int = yield call(
+        "job_enqueue_many",
+        EnqueueManyParams(
+            type=name,
+            payloads=encoded,
+            scope=scope_v,
+            run_at=run_at_v,
+            delay=delay_s,
+            max_attempts=attempts,
+            priority=prio,
+            tags=tags_v,
+        ),
+        connection=connection,
+    )
+    return count
+
+
+# -- schedules ---------------------------------------------------------------------------
+
+
+def schedule(
+    q: QueueCore[Any],
+    key: str,
+    job_type: str | JobType[Any],
+    payload: Mapping[str, Any],
+    *,
+    cron: str | None = None,
+    every: Duration | None = None,
+    timezone: str = "UTC",
+    repeat_from: Literal["finished", "run_at"] = "finished",
+    start_at: datetime | None = None,
+    scope: ScopeLike | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+) -> QueuePlan[None]:
+    """Declare (or update) a recurring schedule; idempotent across processes by ``key``.
+
+    Every process may declare the same schedule at start-up: the first declaration
+    creates it, later ones update its type, payload, scope, priority and attempts, and
+    keep its pending tick unless the timing (cron, every, timezone, repeat_from)
+    changed. The first job is due at the first cron tick at or after ``start_at`` (or
+    after now), or for ``every`` at ``start_at`` (or at once). See
+    :mod:`golemq_pg._schedule` for the cadence rules and what happens after downtime.
+    """
+    check_name(key, "schedule key")
+    name = q._check_type(job_type)
+    scope_v = check_scope(scope)
+    if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+        raise ValueError(f"job type {name!r} is grouped: schedule() needs a scope")
+    if (cron is None) == (every is None):
+        raise ValueError("give exactly one of cron= or every=")
+    if repeat_from not in ("finished", "run_at"):
+        raise ValueError("repeat_from must be 'finished' or 'run_at'")
+    check_timezone(timezone)
+    start: datetime | None = None
+    if start_at is not None:
+        start = check_aware(start_at, "start_at")
+    every_s = to_seconds(every, "every", allow_zero=False) if every is not None else None
+    prio = check_int(priority, "priority")
+    attempts = q._max_attempts(max_attempts)
+    encoded = encode_payload(name, payload)
+    now = yield call("now")
+    first: datetime | None = start
+    if cron is not None:
+        check_cron(cron, timezone, now)
+        # The first tick after now, or at or after a future start_at (the cron search
+        # is strictly after its argument, so a tick exactly at start_at counts).
+        after = now if start is None or start <= now else start - _TICK
+        first = next_cron_tick(cron, timezone, after)
+    yield call(
+        "schedule_upsert",
+        ScheduleParams(
+            key=key,
+            type=name,
+            payload=encoded,
+            cron=cron,
+            every_seconds=every_s,
+            timezone=timezone,
+            repeat_from=repeat_from,
+            first_run_at=first,
+            scope=scope_v,
+            priority=prio,
+            max_attempts=attempts,
+        ),
+    )
+
+
+def unschedule(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
+    """Remove a schedule; True when it existed. Jobs it already enqueued stay."""
+    found: bool = yield call("schedule_delete", check_name(key, "schedule key"))
+    return found
+
+
+def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
+    """Every declared schedule."""
+    found: list[ScheduleSummary] = yield call("schedule_list")
+    return found
+
+
+# -- inspection and administration -------------------------------------------------------
+
+
+def get(q: QueueCore[Any], job_id: str) -> QueuePlan[JobSummary | None]:
+    """One job by id, or None."""
+    found: JobSummary | None = yield call("job_get", job_id_of(job_id))
+    return found
+
+
+def wait(
+    q: QueueCore[Any], job_id: str, *, timeout: Duration | None = None
+) -> QueuePlan[JobSummary]:
+    """Block until the job is terminal (SUCCEEDED or FAILED) and return its summary.
+
+    ``timeout``: seconds or a timedelta (None: no limit, 0: look once). Raises
+    ``TimeoutError`` past it, ``LookupError`` when the job does not exist or is deleted
+    (cancelled, pruned, ``delete_on``) while waited for, and ``ValueError`` for a bad id
+    or timeout, before anything else. Woken by the store's completion and cancel hints,
+    with a poll as the fallback; on PostgreSQL every waiting thread of a store shares one
+    listening connection and holds no pooled connection while it waits.
+    """
+    job = job_id_of(job_id)
+    seconds = None if timeout is None else to_seconds(timeout, "timeout")
+    found: JobSummary = yield call("job_wait", job, seconds)
+    return found
+
+
+def find_for_scope(q: QueueCore[Any], scope: ScopeLike) -> QueuePlan[list[JobSummary]]:
+    """Every job of ``scope`` (newest first)."""
+    scope_v = required_scope(scope)
+    params = FindParams(scope_type=scope_v.type, scope_id=scope_v.id, limit=None)
+    found: list[JobSummary] = yield call("job_find", params)
+    return found
+
+
+def find(
+    q: QueueCore[Any],
+    *,
+    types: Sequence[str | JobType[Any]] | None = None,
+    statuses: Sequence[JobStatus | str] | None = None,
+    scope_type: str | None = None,
+    scope_id: str | None = None,
+    limit: int = 100,
+    skip: int = 0,
+    tags: Iterable[str] | None = None,
+) -> QueuePlan[list[JobSummary]]:
+    """Jobs matching every given filter, newest first; with ``tags``, only jobs carrying
+    every listed tag. Statuses are accepted in any case ("FAILED", "failed")."""
+    params = _find_params(types, statuses, scope_type, scope_id, limit, skip, need_limit=True)
+    tags_v = check_tags(tags)
+    if tags_v is not None:
+        params = dataclasses.replace(params, tags=tags_v)
+    found: list[JobSummary] = yield call("job_find", params)
+    return found
+
+
+def workers(q: QueueCore[Any]) -> QueuePlan[list[WorkerSummary]]:
+    """Every registered worker (running, stopping, or lost: no heartbeat for three of its
+    intervals), by id. A cleanly stopped worker is not listed."""
+    found: list[WorkerSummary] = yield call("worker_list")
+    return found
+
+
+def count_by_status(q: QueueCore[Any]) -> QueuePlan[dict[JobStatus, int]]:
+    """How many jobs are in each status (every status present)."""
+    found: dict[JobStatus, int] = yield call("job_count_by_status")
+    return found
+
+
+def stats(q: QueueCore[Any]) -> QueuePlan[dict[str, int]]:
+    """pending (due now), scheduled (future), running, succeeded, failed."""
+    found: dict[str, int] = yield call("job_stats")
+    return found
+
+
+def retry_failed(
+    q: QueueCore[Any],
+    *,
+    types: Sequence[str | JobType[Any]] | None = None,
+    scope_type: str | None = None,
+    scope_id: str | None = None,
+    limit: int | None = None,
+    skip: int | None = None,
+) -> QueuePlan[int]:
+    """Move dead letters back to PENDING (attempts reset); no limit => every match."""
+    params = _find_params(
+        types, [JobStatus.FAILED], scope_type, scope_id, limit, skip or 0, need_limit=False
+    )
+    found: int = yield call("job_retry_failed", params)
+    return found
+
+
+def prune(
+    q: QueueCore[Any],
+    *,
+    older_than: datetime | Duration,
+    statuses: Sequence[JobStatus | str] = (JobStatus.SUCCEEDED, JobStatus.FAILED),
+) -> QueuePlan[int]:
+    """Delete finished jobs older than a cut-off (aware datetime) or an age (duration)."""
+    chosen = _statuses(statuses)
+    if not chosen:
+        raise ValueError("statuses must name at least one status")
+    live = {JobStatus.PENDING, JobStatus.RUNNING} & set(chosen)
+    if live:
+        raise ValueError("prune only deletes finished jobs (succeeded, failed); use cancel")
+    if isinstance(older_than, datetime):
+        cut: dict[str, Any] = {"before": check_aware(older_than, "older_than"), "age": None}
+    else:
+        cut = {"before": None, "age": to_seconds(older_than, "older_than")}
+    found: int = yield call("job_prune", chosen, **cut)
+    return found
+
+
+def _when(run_at: datetime | None, delay: Duration | None) -> tuple[datetime | None, float]:
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    if run_at is not None:
+        return check_aware(run_at, "run_at"), 0.0
+    if delay is not None:
+        return None, to_seconds(delay, "delay")
+    return None, 0.0
+
+
+def _statuses(statuses: Sequence[JobStatus | str] | None) -> list[JobStatus]:
+    if statuses is None:
+        return []
+    return check_statuses(statuses)
+
+
+def _find_params(
+    types: Sequence[str | JobType[Any]] | None,
+    statuses: Sequence[JobStatus | str] | None,
+    scope_type: str | None,
+    scope_id: str | None,
+    limit: int | None,
+    skip: int,
+    *,
+    need_limit: bool,
+) -> FindParams:
+    if isinstance(types, str | JobType):
+        types = [types]
+    type_names = None
+    if types is not None:
+        type_names = [check_name(type_name(t), "job type") for t in types]
+    if scope_type is not None:
+        check_name(scope_type, "scope_type")
+    if scope_id is not None:
+        check_name(scope_id, "scope_id")
+    if limit is None and need_limit:
+        raise ValueError("limit must be a positive integer")
+    if limit is not None:
+        check_positive_int(limit, "limit")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError("skip must be an integer >= 0")
+    return FindParams(
+        types=type_names,
+        statuses=_statuses(statuses) if statuses is not None else None,
+        scope_type=scope_type,
+        scope_id=scope_id,
+        limit=limit,
+        skip=skip,
+    )

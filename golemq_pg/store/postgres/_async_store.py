@@ -1,0 +1,222 @@
+"""AsyncPostgresStore: the producer side of the PostgreSQL store for asyncio applications.
+
+It owns a ``psycopg_pool.AsyncConnectionPool`` (``await AsyncPostgresStore.connect(dsn)``)
+or wraps the application's (``AsyncPostgresStore(pool)``), and runs the verbs an
+:class:`~golemq_pg.AsyncQueue` needs: the very plans ``PostgresStore`` runs (``_producer``,
+``_cancel``, ``_schedules``, ``_control``, ``_registry``), driven by the asyncio executor
+(``_run_async``) instead of the synchronous one. Nothing about a verb (statement, parameters,
+transaction, retries, decoding) is written here: only how its steps reach the database.
+
+Consumers (``Worker``) stay on ``PostgresStore``: the worker owns its threads and event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
+from typing import Any, Self, Unpack
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from golemq_pg._types import JobSummary
+from golemq_pg._validation import check_schema
+from golemq_pg.store.postgres import _cancel, _control, _registry, _schedules
+from golemq_pg.store.postgres import _producer as producer
+from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
+from golemq_pg.store.postgres._connections import (
+    ConnectionOptions,
+    connection_kwargs,
+    pool_options,
+)
+from golemq_pg.store.postgres._migrations import migrate as _migrate
+from golemq_pg.store.postgres._plans import PlanContext, queue_identity
+from golemq_pg.store.postgres._run_async import run_plan_async
+from golemq_pg.store.postgres._sql import queries_for
+
+#: The verbs an AsyncQueue calls, by their port name: each is the plan PostgresStore runs.
+PLANS: dict[str, Callable[..., Any]] = {
+    "job_enqueue": producer.job_enqueue,
+    "job_enqueue_many": producer.job_enqueue_many,
+    "job_get": producer.job_get,
+    "job_find": producer.job_find,
+    "job_payload": producer.job_payload,
+    "job_count_by_status": producer.job_count_by_status,
+    "job_stats": producer.job_stats,
+    "job_stats_by_type": producer.job_stats_by_type,
+    "job_oldest_due_age": producer.job_oldest_due_age,
+    "job_retry_failed": producer.job_retry_failed,
+    "job_prune": producer.job_prune,
+    "now": producer.now,
+    "job_cancel": _cancel.job_cancel,
+    "schedule_upsert": _schedules.schedule_upsert,
+    "schedule_delete": _schedules.schedule_delete,
+    "schedule_list": _schedules.schedule_list,
+    "type_pause": _control.type_pause,
+    "type_resume": _control.type_resume,
+    "type_paused": _control.type_paused,
+    "job_retry": _control.job_retry,
+    "job_run_now": _control.job_run_now,
+    "worker_list": _registry.worker_list,
+}
+
+
+async def _keep_reconnecting(pool: AsyncConnectionPool[Any]) -> None:
+    """``reconnect_failed``: start a fresh connection attempt (see ``_connections``)."""
+    # A closed pool, or the server still down: the next failure calls again.
+    with contextlib.suppress(Exception):
+        await pool.check()
+
+
+class AsyncPostgresStore:
+    """The PostgreSQL store for :class:`~golemq_pg.AsyncQueue` (see the module docstring).
+
+    ``AsyncPostgresStore(pool, schema=...)`` wraps an application's ``AsyncConnectionPool``
+    (its connections may be in autocommit mode or not: a verb that needs a transaction
+    opens and commits its own); ``await AsyncPostgresStore.connect(dsn)`` opens one the
+    store owns. ``async with`` closes it.
+    """
+
+    def __init__(self, pool: AsyncConnectionPool[Any], *, schema: str = "golemq") -> None:
+        """Wrap an existing (open or not yet open) ``AsyncConnectionPool``."""
+        check_schema(schema)
+        self._pool = pool
+        self._schema = schema
+        self._ctx = PlanContext(queries_for(schema), schema, queue_identity(pool.conninfo, schema))
+        self._waiters = AsyncJobWaiters(pool, self._ctx)
+        self._owns_pool = False
+        self._dsn: str | None = None
+        self._bound: psycopg.AsyncConnection[Any] | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        *,
+        schema: str = "golemq",
+        min_size: int = 1,
+        max_size: int = 10,
+        **options: Unpack[ConnectionOptions],
+    ) -> AsyncPostgresStore:
+        """A store owning an ``AsyncConnectionPool`` to ``dsn`` (closed by :meth:`close`);
+        ``options`` as for ``PostgresStore.connect`` (timeouts, ``application_name``)."""
+        check_schema(schema)
+        kwargs = connection_kwargs(**options)
+        settings = pool_options(schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            dsn, **settings, open=False, reconnect_failed=_keep_reconnecting
+        )
+        await pool.open()
+        store = cls(pool, schema=schema)
+        store._owns_pool = True
+        store._dsn = dsn
+        return store
+
+    def with_connection(self, conn: psycopg.AsyncConnection[Any]) -> AsyncPostgresStore:
+        """A store whose verbs run on ``conn`` (the caller's transaction), never committing it."""
+        bound = object.__new__(AsyncPostgresStore)
+        bound.__dict__.update(self.__dict__)
+        bound._bound = conn
+        bound._owns_pool = False
+        return bound
+
+    # -- properties and lifecycle ---------------------------------------------------------------
+    @property
+    def schema(self) -> str:
+        """The schema this store's queue lives in."""
+        return self._schema
+
+    @property
+    def dsn(self) -> str | None:
+        """The DSN given to :meth:`connect` (None when wrapping an existing pool)."""
+        return self._dsn
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """Which queue this is (server, database, user, schema): the same as a
+        ``PostgresStore``'s on that queue, so a cancel aborts this process's handlers."""
+        return self._ctx.identity
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool in use."""
+        return self._pool
+
+    @property
+    def waiters(self) -> AsyncJobWaiters:
+        """The waiting tasks and their one LISTEN connection (for tests and diagnostics)."""
+        return self._waiters
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations (idempotent); returns the names applied now.
+
+        The migration runner of ``PostgresStore`` itself, on a connection of its own made
+        from the pool's conninfo and options, in a worker thread (migrations are rare,
+        administrative, and must not run twice in two copies).
+        """
+        pool = self._pool
+        conninfo = self._dsn or pool.conninfo
+        kwargs = dict(pool.kwargs) if isinstance(pool.kwargs, dict) else {}
+        if not isinstance(conninfo, str):
+            raise TypeError("migrate() needs a pool with a string conninfo")
+        kwargs["autocommit"] = True
+
+        def run() -> list[str]:
+            with psycopg.connect(conninfo, **kwargs) as conn:
+                return _migrate(conn, self._schema)
+
+        return await asyncio.to_thread(run)
+
+    async def close(self) -> None:
+        """Close the pool when this store owns it (a bound store closes nothing); waits in
+        progress end (``RuntimeError``) and the waiters' LISTEN connection closes."""
+        if self._bound is None:
+            await self._waiters.close()
+            if self._owns_pool:
+                await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        bound = " bound" if self._bound is not None else ""
+        return f"<AsyncPostgresStore schema={self._schema!r}{bound}>"
+
+    # -- the verbs ---------------------------------------------------------------------------------
+    async def call(self, verb: str, *args: Any, connection: Any = None, **kwargs: Any) -> Any:
+        """Run the port verb ``verb`` (``job_enqueue``, ``job_get``, ... ``job_wait``): the
+        plan ``PostgresStore`` runs for it, on this store's async connections. With
+        ``connection`` (an ``AsyncConnection``), inside the caller's transaction."""
+        store = self if connection is None else self.with_connection(connection)
+        if verb == "job_wait":
+            return await self.job_wait(*args, **kwargs)
+        plan = PLANS[verb](self._ctx, *args, **kwargs)
+        return await run_plan_async(store._connection, plan, store._bound is None)
+
+    async def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
+        """Wait until the job is terminal and return it (see ``_async_waiters``): every
+        waiting task shares one LISTEN connection and holds no pooled connection."""
+        return await self._waiters.wait(job_id, timeout)
+
+    def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        # The pool's own context manager, not a wrapper of it: this is the hot path of an
+        # add; a connection found read-only is thrown away by the executor (owned=True).
+        if self._bound is not None:
+            return _given(self._bound)
+        return self._pool.connection()
+
+
+@asynccontextmanager
+async def _given(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    yield conn
