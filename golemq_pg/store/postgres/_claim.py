@@ -91,12 +91,16 @@ def most_admitted(job_type: str, pools: Sequence[tuple[str, Resource]]) -> int |
 class Claimer:
     """Runs claims for one schema on connections the store hands it."""
 
-    __slots__ = ("_cursors", "_narrow", "_pool_prefix", "_q", "_rate_window", "_type_prefix")
+    __slots__ = (
+        "_cursors", "_narrow", "_pool_prefix", "_q", "_rate_window", "_type_prefix", "prepare"
+    )
 
     def __init__(self, queries: Queries, schema: str, rate_window: float) -> None:
         self._q = queries
         self._type_prefix, self._pool_prefix = lock_prefixes(schema)
         self._rate_window = float(rate_window)
+        #: Whether the guarded claims ask for a prepared statement (``connect(prepare=)``).
+        self.prepare = True
         # Per type: the scope where the last scope walk ended (the next one starts after it).
         # Only fairness depends on it; a lost update between threads is harmless.
         self._cursors: dict[str, tuple[str | None, str | None]] = {}
@@ -264,9 +268,12 @@ class Claimer:
             # prepare=True: the claim is planned once per connection, not on each of the
             # first executions psycopg would otherwise leave unprepared (planning it takes
             # longer than running it, and claims rotate over every pooled connection).
+            # With prepare=False (a pooler that cannot hold prepared statements) nothing is
+            # prepared: None leaves it to the connection, whose prepare_threshold is None.
+            prepare = True if self.prepare else None
             with conn.pipeline(), conn.transaction():
-                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=True)
-                cur.execute(query.text, query.args(params), prepare=True)
+                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=prepare)
+                cur.execute(query.text, query.args(params), prepare=prepare)
             return cur.fetchall()
         # The caller's transaction (a transactional handler runs in it): enable_sort goes
         # off for the claim only (see claim_plan_guard in claim.sql).

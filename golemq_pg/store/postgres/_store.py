@@ -26,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from golemq_pg._types import JobStatus, JobSummary
-from golemq_pg._validation import check_schema
+from golemq_pg._validation import check_dsn, check_schema
 from golemq_pg.store.port import (
     HISTORY_LIMIT,
     LEASE_EXHAUSTED_ERROR,
@@ -49,6 +49,7 @@ from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
     RETRYABLE,
     WRITE_ATTEMPTS,
+    ConnectionOptions,
     Shared,
     open_pool,
 )
@@ -91,25 +92,33 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         idle_in_transaction_session_timeout: float = 60.0,
         rate_window: float = 60.0,
         application_name: str = "golemq-pg",
+        prepare: bool = True,
+        listen_dsn: str | None = None,
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
-        Timeouts are seconds, applied to every pooled connection at start-up (0 disables).
+        Timeouts are seconds, set on every pooled connection once it opens (0 disables).
+        ``prepare=False``: no server-side prepared statements (PgBouncer < 1.21 in transaction
+        mode). ``listen_dsn``: where the LISTEN connections go (workers' wake-ups, waits)
+        instead of ``dsn``, e.g. the database directly while ``dsn`` is PgBouncer.
         """
         check_schema(schema)
-        pool = open_pool(
-            dsn,
-            schema=schema,
-            min_size=min_size,
-            max_size=max_size,
+        if listen_dsn is not None:
+            check_dsn(listen_dsn, "listen_dsn")
+        options = ConnectionOptions(
+            prepare=prepare,
+            application_name=application_name,
             statement_timeout=statement_timeout,
             lock_timeout=lock_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
-            application_name=application_name,
         )
+        pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size,
+                         options=options)
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.dsn = dsn
+        store._shared.listen_dsn = listen_dsn
         store._shared.owns_pool = True
+        store._shared.claimer.prepare = prepare
         return store
 
     def with_connection(self, conn: psycopg.Connection[Any]) -> PostgresStore:
@@ -507,14 +516,16 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         value: datetime = self._fetch("now")[0][0]
         return value
 
-    def open_listener(self) -> Listener | None:
-        """A dedicated LISTEN connection (outside the pool) on the jobs and cancel channels."""
+    def open_listener(self, dsn: str | None = None) -> Listener | None:
+        """A dedicated LISTEN connection (outside the pool) on the jobs and cancel channels:
+        to ``dsn`` when given (a worker's ``listen_dsn``), else the store's ``listen_dsn``,
+        else its own database."""
         jobs_channel, cancel_channel = self.channels()
         pool = self._shared.pool
         conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
         kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
         return PgListener(
-            self._shared.dsn or conninfo,
+            dsn or self._shared.listen_dsn or self._shared.dsn or conninfo,
             {jobs_channel: "jobs", cancel_channel: "cancel"},
             connect_kwargs=kwargs,
         )

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import structlog
+from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from golemq_pg._types import JobSummary
@@ -81,15 +82,23 @@ class JobWaiters:
     their listener thread; see the module docstring.
 
     ``pool`` serves the short checks and tells where the LISTEN connection goes (its conninfo
-    and connection options, or ``dsn()`` when the store was given one).
+    and connection options, or ``dsn()`` when the store was given one: its ``listen_dsn``,
+    else its DSN). ``on_error`` turns a check's error into the one to raise (the store's
+    clear error for a pooler's prepared-statement failure).
     """
 
     def __init__(
-        self, pool: ConnectionPool[Any], queries: Queries, dsn: Callable[[], str | None]
+        self,
+        pool: ConnectionPool[Any],
+        queries: Queries,
+        dsn: Callable[[], str | None],
+        *,
+        on_error: Callable[[BaseException], BaseException] = lambda exc: exc,
     ) -> None:
         self._pool = pool
         self._q = queries
         self._dsn = dsn
+        self._translate = on_error
         self._lock = threading.Lock()
         self._waiting: dict[int, set[_Waiter]] = {}
         self._seq = 0  # the sequence number of the last waiter registered
@@ -163,7 +172,11 @@ class JobWaiters:
         """The summaries of those of ``job_ids`` that exist: one statement, on a pooled
         connection held for that statement only."""
         with self._pool.connection() as conn:
-            found = conn.execute(self._q["job_get_many"], {"ids": list(job_ids)}).fetchall()
+            try:
+                found = conn.execute(self._q["job_get_many"], {"ids": list(job_ids)}).fetchall()
+            except (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlStatementName) as exc:
+                conn.close()  # its prepared statements no longer match its server
+                raise self._translate(exc) from exc
         return [rows.summary(row) for row in found]
 
     @property
