@@ -57,9 +57,14 @@ def mem_store() -> object:
     return InMemoryStore()
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(
+    params=["memory", "postgres", pytest.param("pgbouncer", marks=pytest.mark.pgbouncer)]
+)
 def store(request: pytest.FixtureRequest) -> object:
-    """Both stores, for the contract suite."""
+    """Both stores, for the contract suite; the PostgresStore twice: directly, and through
+    PgBouncer in transaction mode (``bouncer_store``, tests/plugins/pgbouncer.py)."""
     if request.param == "memory":
         return request.getfixturevalue("mem_store")
+    if request.param == "pgbouncer":
+        return request.getfixturevalue("bouncer_store")
     return request.getfixturevalue("pg_store")

@@ -262,19 +262,27 @@ class Claimer:
         *,
         managed: bool,
     ) -> list[tuple[Any, ...]]:
-        """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip)."""
+        """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip;
+        four without prepared statements, see below)."""
         cur = psycopg.RawCursor(conn)
         if managed:
             # prepare=True: the claim is planned once per connection, not on each of the
             # first executions psycopg would otherwise leave unprepared (planning it takes
             # longer than running it, and claims rotate over every pooled connection).
-            # With prepare=False (a pooler that cannot hold prepared statements) nothing is
-            # prepared: None leaves it to the connection, whose prepare_threshold is None.
-            prepare = True if self.prepare else None
-            with conn.pipeline(), conn.transaction():
-                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=prepare)
-                cur.execute(query.text, query.args(params), prepare=prepare)
-            return cur.fetchall()
+            if self.prepare:
+                with conn.pipeline(), conn.transaction():
+                    conn.execute(self._q["claim_lock_exclusive_generic"], lock_params,
+                                 prepare=True)
+                    cur.execute(query.text, query.args(params), prepare=True)
+                return cur.fetchall()
+            # prepare=False: behind a transaction pooler (PgBouncer < 1.21). Nothing is
+            # prepared (the connection's prepare_threshold is None), and no pipeline either:
+            # PgBouncer 1.18 can lose count of a pipeline's Syncs and keep the server
+            # connection linked to this client after COMMIT, so the next client of that
+            # server waits until query_wait_timeout (measured; pgbouncer issue #759).
+            with conn.transaction():
+                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params)
+                return cur.execute(query.text, query.args(params)).fetchall()
         # The caller's transaction (a transactional handler runs in it): enable_sort goes
         # off for the claim only (see claim_plan_guard in claim.sql).
         conn.execute(self._q["claim_lock_exclusive"], lock_params)
