@@ -107,7 +107,8 @@ def test_another_clients_timezone_and_jit_on_the_shared_server_session_change_no
             assert conn.execute("SELECT pg_backend_pid()").fetchone() == pid
         queue = Queue(store)
         now = store.now()
-        assert now.utcoffset() == timedelta(0) and now.tzinfo is UTC
+        assert now.utcoffset() == timedelta(0)
+        assert now.tzinfo is UTC
         job_id = queue.add("t", {})
         assert job_id is not None
         (job,) = claim(store, "t")
@@ -116,15 +117,18 @@ def test_another_clients_timezone_and_jit_on_the_shared_server_session_change_no
         summary = queue.get(job_id)
         assert summary is not None
         for stamp in (summary.created_at, summary.run_at, summary.errors[0].at):
-            assert stamp is not None and stamp.tzinfo is UTC
+            assert stamp is not None
+            assert stamp.tzinfo is UTC
         assert abs(summary.created_at - now) < timedelta(minutes=1)
         # Cron in a zone of its own: the next 06:00 in Kolkata is 00:30 UTC, whatever the
         # session's zone.
         queue.schedule("daily", "t", {}, cron="0 6 * * *", timezone="Asia/Kolkata")
         (declared,) = queue.schedules()
         tick = declared.next_run_at
-        assert tick is not None and tick.tzinfo is UTC
-        assert (tick.hour, tick.minute) == (0, 30) and tick > now
+        assert tick is not None
+        assert tick.tzinfo is UTC
+        assert (tick.hour, tick.minute) == (0, 30)
+        assert tick > now
     # The other client's session kept its zone (PgBouncer restores each client's TimeZone).
     assert single.execute("SHOW TimeZone").fetchone() == ("Asia/Kathmandu",)
 

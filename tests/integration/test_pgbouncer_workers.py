@@ -147,7 +147,8 @@ def test_three_workers_through_pgbouncer_run_every_feature_exactly_once(
         tx = [queue.add("tx", {"n": n}) for n in range(TX_JOBS)]
         block = queue.add("block", {})
         answers = [queue.add("answer", {"n": n}) for n in range(ANSWERS)]
-        assert block is not None and None not in scoped + tx + answers
+        assert block is not None
+        assert None not in scoped + tx + answers
 
         # Results, waited for through the pooled store (LISTEN direct, or polls).
         for job_id in answers:
@@ -194,7 +195,8 @@ def test_three_workers_through_pgbouncer_run_every_feature_exactly_once(
     # The resource pool: never more than its concurrency in flight, across processes.
     gpu = _query(pg_dsn, "SELECT started_at, finished_at FROM {schema}.ledger "
                          "WHERE type = 'gpu'", schema)
-    assert len(gpu) == GPU_JOBS and 1 <= _overlap_at_most(gpu) <= GPU_CONCURRENCY
+    assert len(gpu) == GPU_JOBS
+    assert 1 <= _overlap_at_most(gpu) <= GPU_CONCURRENCY
     # Transactional handlers: one committed effect per job.
     effects = _query(pg_dsn, "SELECT job_id, attempt FROM {schema}.effects", schema)
     assert sorted(effects) == sorted((str(i), 1) for i in tx)

@@ -129,7 +129,7 @@ def _start(binary: str, server_dsn: str) -> tuple[subprocess.Popen[bytes], Bounc
         owner = pwd.getpwnam("postgres")
         for path in (directory, *directory.iterdir()):
             os.chown(path, owner.pw_uid, owner.pw_gid)
-    process = subprocess.Popen(  # noqa: S603 - a fixed binary and our own config file
+    process = subprocess.Popen(
         [binary, str(directory / "pgbouncer.ini")],
         user="postgres" if as_root else None,
         stdout=subprocess.DEVNULL,

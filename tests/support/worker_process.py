@@ -19,10 +19,10 @@ Top-level keys:
   stderr, stdout keeps only the protocol lines) or ``{"path": ...}`` (structlog and stdlib
   logging, DEBUG and up, as JSON lines in that file; SIGUSR1 appends every thread's stack);
 * ``store``: ``max_size`` (6), ``application_name``, ``rate_window``, ``prepare``,
-  ``listen_dsn``, ``*_timeout`` arguments of ``PostgresStore.connect``, and ``extra_options`` (``-c name=value`` settings,
-  e.g. planner switches: the store then wraps a pool of this process's own, as an
-  application that brings its own pool would), and ``ledger_size`` (the ``fault`` ledger's
-  pool, default 4);
+  ``listen_dsn``, ``*_timeout`` arguments of ``PostgresStore.connect``, and
+  ``extra_options`` (``-c name=value`` settings, e.g. planner switches: the store then
+  wraps a pool of this process's own, as an application that brings its own pool would),
+  and ``ledger_size`` (the ``fault`` ledger's pool, default 4);
 * ``worker``: keyword arguments of :class:`golemq_pg.Worker` (durations in seconds), with
   ``resources`` as ``{name: Resource fields}``;
 * ``schedules``: ``[[key, type, payload, {options}]]`` declared with ``Queue.schedule`` at
