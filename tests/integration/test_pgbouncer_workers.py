@@ -30,14 +30,16 @@ from tests.support.workers import kill_leftovers, start_process, worker_config
 
 pytestmark = pytest.mark.pgbouncer
 
-SCOPES, PER_SCOPE, GPU_JOBS, TX_JOBS, ANSWERS = 4, 6, 8, 6, 3
+SCOPES, PER_SCOPE, GPU_JOBS, TX_JOBS, ANSWERS = 4, 8, 8, 6, 3
 GPU_CONCURRENCY = 2
 
 
 def _handlers() -> list[dict[str, Any]]:
     quick = {"ledger": "guard", "sleep": [0.005, 0.02], "sleep_mode": "ignore"}
     return [
-        {"type": "scoped", "options": {"concurrency": 4, "serialize_by_scope": True}, **quick},
+        # Slower than one process's two slots can drain alone: the work spreads.
+        {"type": "scoped", "options": {"concurrency": 2, "serialize_by_scope": True}, **quick,
+         "sleep": [0.05, 0.1]},
         {"type": "gpu", "options": {"concurrency": 3}, **quick, "sleep": [0.05, 0.1]},
         {"type": "tx", "options": {"transactional": True, "concurrency": 2},
          "ledger": "effects_in_transaction"},
@@ -76,7 +78,7 @@ def wakeups(request: pytest.FixtureRequest, pg_dsn: str) -> dict[str, Any]:
     """The Worker options of each variant: poll only, or LISTEN on the server directly."""
     if request.param == "notify_off":
         return {"notify": False, "poll_interval": 0.1}
-    return {"listen_dsn": pg_dsn, "poll_interval": 2}
+    return {"listen_dsn": pg_dsn, "poll_interval": 0.5}
 
 
 @pytest.fixture

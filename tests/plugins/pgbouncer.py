@@ -3,7 +3,8 @@
 ``pgbouncer`` (session scope) starts ``pgbouncer`` (Debian's package; ``.ci/run`` installs
 it) on a free port of 127.0.0.1 with a config and auth file in a temporary directory, in
 front of whatever server ``pg_dsn`` names: 127.0.0.1:5432, or the embedded server's Unix
-socket inside ``unshare -n``. It refuses to run as root, so as root it runs as ``postgres``.
+socket inside ``unshare -n``. It refuses to run as root, so as root it runs as ``postgres``
+(or as the owner of the embedded server's socket directory, which only that user may enter).
 Databases: ``golemq`` (``POOL_SIZE`` server connections shared by every client),
 ``golemq_single`` (one server connection: every client's transactions run on the same
 server session, which makes "another client changed the session" deterministic) and
@@ -36,6 +37,8 @@ from golemq_pg import PostgresStore
 #: clients of most tests, so transactions of different clients do share server sessions.
 POOL_SIZE = 6
 _BINARIES = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")
+#: Set (by .ci/run): a missing pgbouncer fails the suite instead of skipping it.
+REQUIRE_ENV = "GOLEMQ_REQUIRE_PGBOUNCER"
 _START_SECONDS = 15.0
 
 
@@ -104,6 +107,19 @@ def _config(directory: Path, server: dict[str, str], port: int) -> str:
     )
 
 
+def _run_as(host: str) -> str | None:
+    """Who runs pgbouncer: ourselves, unless we are root (which it refuses); then the owner
+    of the server's socket directory (the embedded server's is private to its user), else
+    ``postgres``."""
+    if os.geteuid() != 0:
+        return None
+    if host.startswith("/"):
+        owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
+        if owner != "root":
+            return owner
+    return "postgres"
+
+
 def _answers(dsn: str) -> bool:
     try:
         with psycopg.connect(dsn, connect_timeout=2, autocommit=True) as conn:
@@ -119,19 +135,19 @@ def _start(binary: str, server_dsn: str) -> tuple[subprocess.Popen[bytes], Bounc
     server.setdefault("port", "5432")
     user = str(server.get("user") or "postgres")
     server["user"] = user
-    as_root = os.geteuid() == 0
+    run_as = _run_as(str(server["host"]))
     directory = Path(tempfile.mkdtemp(prefix="golemq-pgbouncer-"))
     port = _free_port()
     (directory / "pgbouncer.ini").write_text(_config(directory, {k: str(v) for k, v in
                                                                  server.items()}, port))
     (directory / "userlist.txt").write_text(f'"{user}" ""\n')
-    if as_root:
-        owner = pwd.getpwnam("postgres")
+    if run_as is not None:
+        owner = pwd.getpwnam(run_as)
         for path in (directory, *directory.iterdir()):
             os.chown(path, owner.pw_uid, owner.pw_gid)
     process = subprocess.Popen(
         [binary, str(directory / "pgbouncer.ini")],
-        user="postgres" if as_root else None,
+        user=run_as,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -161,7 +177,10 @@ def pgbouncer(pg_dsn: str) -> Iterator[Bouncer]:
     """A PgBouncer in transaction mode in front of the suite's server (see the module)."""
     binary = _binary()
     if binary is None:
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)")
+        why = "pgbouncer is not installed (apt-get install pgbouncer; .ci/run does)"
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(why + f", and {REQUIRE_ENV} is set")
+        pytest.skip(why)
     try:
         process, bouncer = _start(binary, pg_dsn)
     except RuntimeError:  # a port taken between choosing and binding it: once more
