@@ -15,7 +15,7 @@ connection and transaction helpers, the retried fenced write); the verb groups o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -144,23 +144,34 @@ def pooler_error(exc: BaseException) -> PreparedStatementsUnsupported | None:
     return None
 
 
-def open_pool(
-    dsn: str, *, schema: str, min_size: int, max_size: int, options: ConnectionOptions
-) -> ConnectionPool[Any]:
-    """An open pool of autocommit connections to ``dsn`` set up by ``options``."""
+#: Sets up a connection the store just opened (pooled or LISTEN).
+Setup = Callable[[psycopg.Connection[Any]], None]
+
+
+def session_setup(schema: str, options: ConnectionOptions) -> Setup:
+    """What runs on each connection the store opens: the UTC loaders, then the
+    ``session_settings`` statement (one round trip)."""
     statement = queries_for(schema)["session_settings"]
     params = options.session_params()
 
-    def configure(conn: psycopg.Connection[Any]) -> None:
+    def setup(conn: psycopg.Connection[Any]) -> None:
         register_utc_loaders(conn)
         conn.execute(statement, params)
 
+    return setup
+
+
+def open_pool(
+    dsn: str, *, schema: str, min_size: int, max_size: int, setup: Setup,
+    options: ConnectionOptions,
+) -> ConnectionPool[Any]:
+    """An open pool of autocommit connections to ``dsn``, each set up by ``setup``."""
     return ConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         kwargs=options.connect_kwargs(),
-        configure=configure,
+        configure=setup,
         name="golemq-" + schema,
         open=True,
         reconnect_timeout=_RECONNECT_TIMEOUT,
@@ -176,7 +187,7 @@ class Shared:
 
     __slots__ = (
         "channels", "claimer", "dsn", "listen_dsn", "owns_pool", "pool", "pooler_warned",
-        "queries", "schema", "waiters",
+        "queries", "schema", "setup", "waiters",
     )
 
     def __init__(
@@ -196,10 +207,13 @@ class Shared:
         self.channels: tuple[str, str] | None = None
         #: Where LISTEN connections go instead of the pool's server (connect(listen_dsn=)).
         self.listen_dsn: str | None = None
+        #: What each LISTEN connection runs once open (the session settings of an owned
+        #: pool's connections; None for a wrapped pool: its connections are the caller's).
+        self.setup: Setup | None = None
         self.pooler_warned = False
         # queue.wait(): no thread or connection until the first wait.
         self.waiters = JobWaiters(pool, self.queries, lambda: self.listen_dsn or self.dsn,
-                                  on_error=self.translate)
+                                  on_error=self.translate, setup=lambda: self.setup)
 
     def translate(self, exc: BaseException) -> BaseException:
         """``exc``, or the clear error naming ``prepare=False`` when a pooler refused this

@@ -52,6 +52,7 @@ from golemq_pg.store.postgres._connections import (
     ConnectionOptions,
     Shared,
     open_pool,
+    session_setup,
 )
 from golemq_pg.store.postgres._control import ControlVerbs
 from golemq_pg.store.postgres._listener import PgListener
@@ -112,9 +113,11 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             lock_timeout=lock_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
         )
+        setup = session_setup(schema, options)
         pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size,
-                         options=options)
+                         setup=setup, options=options)
         store = cls(pool, schema=schema, rate_window=rate_window)
+        store._shared.setup = setup
         store._shared.dsn = dsn
         store._shared.listen_dsn = listen_dsn
         store._shared.owns_pool = True
@@ -528,5 +531,6 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             dsn or self._shared.listen_dsn or self._shared.dsn or conninfo,
             {jobs_channel: "jobs", cancel_channel: "cancel"},
             connect_kwargs=kwargs,
+            setup=self._shared.setup,
         )
 

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import psycopg
 import structlog
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
@@ -84,7 +85,8 @@ class JobWaiters:
     ``pool`` serves the short checks and tells where the LISTEN connection goes (its conninfo
     and connection options, or ``dsn()`` when the store was given one: its ``listen_dsn``,
     else its DSN). ``on_error`` turns a check's error into the one to raise (the store's
-    clear error for a pooler's prepared-statement failure).
+    clear error for a pooler's prepared-statement failure); ``setup()`` what the LISTEN
+    connection runs once open (the store's session settings, or None).
     """
 
     def __init__(
@@ -94,11 +96,13 @@ class JobWaiters:
         dsn: Callable[[], str | None],
         *,
         on_error: Callable[[BaseException], BaseException] = lambda exc: exc,
+        setup: Callable[[], Callable[[psycopg.Connection[Any]], None] | None] = lambda: None,
     ) -> None:
         self._pool = pool
         self._q = queries
         self._dsn = dsn
         self._translate = on_error
+        self._setup = setup
         self._lock = threading.Lock()
         self._waiting: dict[int, set[_Waiter]] = {}
         self._seq = 0  # the sequence number of the last waiter registered
@@ -218,7 +222,8 @@ class JobWaiters:
         conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
         kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
         return PgListener(
-            self._dsn() or conninfo, {done: "done", cancel: "cancel"}, connect_kwargs=kwargs
+            self._dsn() or conninfo, {done: "done", cancel: "cancel"}, connect_kwargs=kwargs,
+            setup=self._setup(),
         )
 
     def _run(self) -> None:
