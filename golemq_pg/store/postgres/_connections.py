@@ -63,9 +63,9 @@ def _ms(seconds: float) -> int:
 
 # -- connection options: prepare=, session settings, pooler errors ---------------------------
 # One place for every store that opens connections (PostgresStore, AsyncPostgresStore): how a
-# connection is opened (connect_kwargs), what it runs once opened (session_params with the
-# session_settings statement, the UTC loaders) and how a pooler's prepared-statement errors
-# are reported (pooler_error).
+# connection is opened (connect_kwargs), what it runs once opened (session_setup: the
+# session_settings statement), how timestamps stay UTC (ensure_utc, at every checkout) and
+# how a pooler's prepared-statement errors are reported (pooler_error).
 
 #: What a store tells a user whose prepared statements a pooler cannot hold.
 PREPARE_FIX = (
@@ -127,9 +127,17 @@ class UtcTimestamptzLoader(TimestamptzLoader):
         return super().load(data).astimezone(UTC)
 
 
-def register_utc_loaders(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Decode every timestamptz on ``conn`` as UTC (no round trip)."""
-    conn.adapters.register_loader("timestamptz", UtcTimestamptzLoader)
+def ensure_utc(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Make every timestamptz on ``conn`` decode as UTC (no round trip).
+
+    psycopg labels a timestamptz with the zone libpq last heard the server report: UTC once
+    ``session_settings`` ran, so the fast built-in loader is kept. Any other zone (another
+    client's ``SET TimeZone`` on a pooler's shared server session, a ``SET`` behind the
+    store's back) gets :class:`UtcTimestamptzLoader` on this connection from then on.
+    Called on every checkout: one libpq lookup.
+    """
+    if conn.pgconn.parameter_status(b"TimeZone") != b"UTC":
+        conn.adapters.register_loader("timestamptz", UtcTimestamptzLoader)
 
 
 def pooler_error(exc: BaseException) -> PreparedStatementsUnsupported | None:
@@ -149,14 +157,14 @@ Setup = Callable[[psycopg.Connection[Any]], None]
 
 
 def session_setup(schema: str, options: ConnectionOptions) -> Setup:
-    """What runs on each connection the store opens: the UTC loaders, then the
-    ``session_settings`` statement (one round trip)."""
+    """What runs on each connection the store opens: the ``session_settings`` statement
+    (one round trip), then :func:`ensure_utc`."""
     statement = queries_for(schema)["session_settings"]
     params = options.session_params()
 
     def setup(conn: psycopg.Connection[Any]) -> None:
-        register_utc_loaders(conn)
         conn.execute(statement, params)
+        ensure_utc(conn)
 
     return setup
 
@@ -213,7 +221,14 @@ class Shared:
         self.pooler_warned = False
         # queue.wait(): no thread or connection until the first wait.
         self.waiters = JobWaiters(pool, self.queries, lambda: self.listen_dsn or self.dsn,
-                                  on_error=self.translate, setup=lambda: self.setup)
+                                  on_error=self.translate, setup=lambda: self.setup,
+                                  on_checkout=self.checked_out)
+
+    def checked_out(self, conn: psycopg.Connection[Any]) -> None:
+        """What a connection of the pool gets at each checkout: UTC decoding, on a pool the
+        store opened (a wrapped pool's connections are the caller's to set up)."""
+        if self.setup is not None:
+            ensure_utc(conn)
 
     def translate(self, exc: BaseException) -> BaseException:
         """``exc``, or the clear error naming ``prepare=False`` when a pooler refused this
@@ -255,6 +270,7 @@ class StoreConnections:
         Closing it makes the pool open a fresh one, which sees the current setting.
         """
         with self._shared.pool.connection() as conn:
+            self._shared.checked_out(conn)
             try:
                 yield conn
             except pg_errors.ReadOnlySqlTransaction:

@@ -86,7 +86,8 @@ class JobWaiters:
     and connection options, or ``dsn()`` when the store was given one: its ``listen_dsn``,
     else its DSN). ``on_error`` turns a check's error into the one to raise (the store's
     clear error for a pooler's prepared-statement failure); ``setup()`` what the LISTEN
-    connection runs once open (the store's session settings, or None).
+    connection runs once open (the store's session settings, or None); ``on_checkout`` what
+    a pooled connection gets before each check (the store's UTC decoding).
     """
 
     def __init__(
@@ -97,12 +98,14 @@ class JobWaiters:
         *,
         on_error: Callable[[BaseException], BaseException] = lambda exc: exc,
         setup: Callable[[], Callable[[psycopg.Connection[Any]], None] | None] = lambda: None,
+        on_checkout: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         self._pool = pool
         self._q = queries
         self._dsn = dsn
         self._translate = on_error
         self._setup = setup
+        self._on_checkout = on_checkout
         self._lock = threading.Lock()
         self._waiting: dict[int, set[_Waiter]] = {}
         self._seq = 0  # the sequence number of the last waiter registered
@@ -176,6 +179,7 @@ class JobWaiters:
         """The summaries of those of ``job_ids`` that exist: one statement, on a pooled
         connection held for that statement only."""
         with self._pool.connection() as conn:
+            self._on_checkout(conn)
             try:
                 found = conn.execute(self._q["job_get_many"], {"ids": list(job_ids)}).fetchall()
             except (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlStatementName) as exc:
