@@ -25,9 +25,9 @@ pytestmark = pytest.mark.pgbouncer
 
 
 def _store(bouncer: Bouncer, schema: str, *, prepare: bool, database: str = "golemq_single",
-           **options: object) -> PostgresStore:
-    return PostgresStore.connect(bouncer.dsn(database), schema=schema, min_size=1, max_size=2,
-                                 prepare=prepare, **options)  # type: ignore[arg-type]
+           max_size: int = 2) -> PostgresStore:
+    return PostgresStore.connect(bouncer.dsn(database), schema=schema, min_size=1,
+                                 max_size=max_size, prepare=prepare)
 
 
 @pytest.fixture
@@ -78,6 +78,24 @@ def test_prepared_guarded_claims_of_two_clients_fail_with_an_error_naming_prepar
         assert isinstance(caught.value.__cause__, psycopg.errors.DuplicatePreparedStatement)
         # The worker's claim loop logs this error and backs off; the store stays usable.
         assert second.job_stats()["running"] == 1
+
+
+def test_a_prepared_statement_gone_from_the_server_session_names_prepare_false(
+    pgbouncer: Bouncer, migrated: str, prepared: str
+) -> None:
+    guarded = slots("g", limit=1, serialize_by_scope=True)
+    # One connection: the claims below run on the one that prepared the statements.
+    with _store(pgbouncer, migrated, prepare=True, database=prepared, max_size=1) as store:
+        add(store, "g", scope=("s", "1"))
+        add(store, "g", scope=("s", "2"))
+        assert len(claim(store, guarded, owner="a")) == 1
+        # What a pooler does when the next transaction lands on another server session.
+        with psycopg.connect(pgbouncer.dsn(prepared), autocommit=True,
+                             prepare_threshold=None) as other:
+            other.execute("DEALLOCATE ALL")
+        with pytest.raises(PreparedStatementsUnsupported, match=r"prepare=False") as caught:
+            claim(store, guarded, owner="a")
+        assert isinstance(caught.value.__cause__, psycopg.errors.InvalidSqlStatementName)
 
 
 def test_prepare_false_prepares_nothing_on_a_server_session_many_clients_share(
