@@ -12,6 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from golemq_pg._types import JobStatus, Scope
 from golemq_pg.errors import QueuePayloadError
@@ -36,6 +38,20 @@ def check_schema(schema: object) -> str:
             "schema must match ^[a-z_][a-z0-9_]{0,62}$ (a plain lower-case identifier)"
         )
     return schema
+
+
+def check_dsn(value: object, what: str) -> str:
+    """A libpq connection string or URI (``ValueError`` naming ``what``, never the value: a
+    DSN may carry a password)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be a non-empty connection string or postgresql:// URI")
+    try:
+        conninfo_to_dict(value)
+    except psycopg.ProgrammingError:
+        raise ValueError(
+            f"{what} is not a valid connection string or postgresql:// URI"
+        ) from None
+    return value
 
 
 def check_name(value: object, what: str) -> str:

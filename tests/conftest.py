@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.plugins.ledgers",
     # pytester: the tests of golemq_pg.pytest_plugin run a user's test file.
     "pytester",
+    "tests.plugins.pgbouncer",
 ]

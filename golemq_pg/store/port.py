@@ -484,8 +484,10 @@ class JobStore(Protocol):
     def now(self) -> datetime:
         """The store's clock (the database's now() on PostgreSQL)."""
 
-    def open_listener(self) -> Listener | None:
-        """A wake-up source for a worker, or None when the store has none."""
+    def open_listener(self, dsn: str | None = None) -> Listener | None:
+        """A wake-up source for a worker, or None when the store has none. ``dsn``: where a
+        database store connects to LISTEN instead of its own DSN (a worker's ``listen_dsn``);
+        a store without a database ignores it."""
 
     def close(self) -> None:
         """Release resources."""

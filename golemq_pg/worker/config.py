@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from golemq_pg._types import JobStatus, LifecycleObserver, Resource, Retention, RetryStrategy
-from golemq_pg._validation import check_delete_on, check_name, check_status, to_seconds
+from golemq_pg._validation import (
+    check_delete_on,
+    check_dsn,
+    check_name,
+    check_status,
+    to_seconds,
+)
 from golemq_pg.errors import QueueConfigError
 
 #: The most jobs one claim may ask for: bounds one round trip and one buffer refill.
@@ -55,6 +61,8 @@ class WorkerConfig:
     retry_strategy: RetryStrategy | None
     #: When finished rows are deleted: "never", "success" or "always" (handlers may override).
     delete_on: str = "never"
+    #: Where the listener's LISTEN connection goes (None: the store's choice).
+    listen_dsn: str | None = None
 
     def lease_seconds(self, timeout: float | None) -> float:
         """The lease a claim of a type with handler ``timeout`` asks for: ``lease_duration``
@@ -209,10 +217,22 @@ def build_config(
     observers: object,
     retry_strategy: object,
     delete_on: object = "never",
+    listen_dsn: object = None,
 ) -> WorkerConfig:
     """Validate the Worker's keyword arguments into a :class:`WorkerConfig`."""
     if not isinstance(notify, bool):
         raise QueueConfigError("notify must be True or False")
+    listen = None
+    if listen_dsn is not None:
+        try:
+            listen = check_dsn(listen_dsn, "listen_dsn")
+        except ValueError as exc:
+            raise QueueConfigError(str(exc)) from None
+        if not notify:
+            raise QueueConfigError(
+                "listen_dsn is for the LISTEN connection, which notify=False does not open: "
+                "drop one of them"
+            )
     poll = _seconds(poll_interval, "poll_interval", positive=True)
     batch = None if batch_size is None else _positive_int(
         batch_size, "batch_size", upper=MAX_BATCH_SIZE
@@ -264,6 +284,7 @@ def build_config(
         observers=check_observers(observers),
         retry_strategy=strategy,
         delete_on=deleting,
+        listen_dsn=listen,
     )
 
 

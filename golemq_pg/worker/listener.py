@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from golemq_pg.store.port import Listener
+from golemq_pg.store.port import JobStore, Listener
 from golemq_pg.worker.events import CANCELLED
 from golemq_pg.worker.service import Service
 
@@ -30,6 +30,14 @@ log = structlog.get_logger("golemq_pg.worker.listener")
 
 #: How long one ``Listener.wait`` blocks; stopping closes the listener to cut it short.
 WAIT_SECONDS = 0.25
+
+
+def open_listener(store: JobStore, listen_dsn: str | None) -> Listener | None:
+    """The store's listener, on ``listen_dsn`` when the worker was given one (a store whose
+    ``open_listener`` takes no DSN is never passed one)."""
+    if listen_dsn is None:
+        return store.open_listener()
+    return store.open_listener(listen_dsn)
 
 
 class ListenerThread(Service):
@@ -55,7 +63,7 @@ class ListenerThread(Service):
         """Wait for notifications once (opening the listener first if needed)."""
         listener = self.listener
         if listener is None:
-            listener = self.runtime.store.open_listener()
+            listener = open_listener(self.runtime.store, self.runtime.config.listen_dsn)
             if listener is None:  # the store has no wake-up source: poll only
                 log.info("listener_unavailable", worker_id=self.runtime.owner)
                 self.stop_event.set()
@@ -100,4 +108,4 @@ class ListenerThread(Service):
             log.debug("listener_close_failed", error_type=type(exc).__name__)
 
 
-__all__ = ["ListenerThread"]
+__all__ = ["ListenerThread", "open_listener"]

@@ -49,7 +49,7 @@ from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
 from golemq_pg.worker.execution import Executor
 from golemq_pg.worker.handlers import HandlerRegistry, build_spec
 from golemq_pg.worker.leases import LeaseRenewer
-from golemq_pg.worker.listener import ListenerThread
+from golemq_pg.worker.listener import ListenerThread, open_listener
 from golemq_pg.worker.maintenance import Maintenance
 from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
@@ -120,6 +120,10 @@ class Worker:
     ``default_max_attempts`` is validated and kept for symmetry with ``Queue``: every job
     carries the ``max_attempts`` it was enqueued with, and that is the budget the worker
     honours. Only :meth:`run` installs signal handlers (main thread only).
+
+    ``listen_dsn``: where the worker's LISTEN connection goes instead of the store's
+    database, e.g. PostgreSQL directly while the store's pool goes through PgBouncer
+    (validated here; it needs ``notify=True``).
     """
 
     def __init__(
@@ -143,6 +147,7 @@ class Worker:
         observers: Sequence[LifecycleObserver] = (),
         retry_strategy: RetryStrategy | None = None,
         delete_on: DeleteOn = "never",
+        listen_dsn: str | None = None,
     ) -> None:
         for verb in ("job_claim", "job_complete_many", "lease_renew", "open_listener"):
             if not callable(getattr(store, verb, None)):
@@ -166,6 +171,7 @@ class Worker:
             observers=observers,
             retry_strategy=retry_strategy,
             delete_on=delete_on,
+            listen_dsn=listen_dsn,
         )
         self._handlers = HandlerRegistry()
         self._state = "new"  # new -> running -> stopping -> stopped
@@ -357,7 +363,7 @@ class Worker:
         if cfg.notify and (pools or tx_pools):
             listener = None
             try:
-                listener = store.open_listener()
+                listener = open_listener(store, cfg.listen_dsn)
             except Exception as exc:  # noqa: BLE001 - the listener thread retries; polling covers the gap
                 log.warning("listener_open_failed", worker_id=owner,
                             error_type=type(exc).__name__, error=error_text(exc))

@@ -94,10 +94,15 @@ SELECT pg_advisory_xact_lock(k.key)::text
 --  * its generic plan: the guarded claims plan in about a millisecond, longer than they
 --    run, and their generic plans are as good as the custom ones (every statement is
 --    written so that no parameter value changes the best plan);
---  * enable_sort off (see claim_plan_guard).
+--  * enable_sort off (see claim_plan_guard);
+--  * jit off: on a large backlog the claim's estimated cost crosses jit_above_cost although it
+--    touches ~100 rows, and compiling would cost more than the statement. Set here, not only
+--    for the session: through a transaction pooler the session settings of the store's
+--    connection reach one server connection, not the one this transaction runs on.
 SELECT pg_advisory_xact_lock(k.key)::text,
        set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_sort', 'off', true)
+       set_config('enable_sort', 'off', true),
+       set_config('jit', 'off', true)
   FROM (SELECT DISTINCT hashtextextended(n, 0) AS key
           FROM unnest(%(names)s::text[]) AS n
          ORDER BY 1) k

@@ -5,6 +5,19 @@
 SELECT now()
 
 
+-- name: session_settings
+-- Once on every connection the store opens, instead of an `options` startup parameter (which
+-- PgBouncer refuses unless told to ignore it, and then drops). Session-level: a direct
+-- connection keeps them for its life. Through a transaction pooler they reach one server
+-- connection only, so correctness never rests on them: timestamps are decoded to UTC on the
+-- client, and the guarded claims set jit per transaction. Values are text (milliseconds).
+SELECT set_config('TimeZone', 'UTC', false),
+       set_config('jit', 'off', false),
+       set_config('statement_timeout', %(statement_timeout)s::text, false),
+       set_config('lock_timeout', %(lock_timeout)s::text, false),
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s::text, false)
+
+
 -- name: channel_names
 -- NOTIFY channels derive from the schema (see channel_name() in 0001): fetched once per store.
 SELECT {schema}.channel_name('jobs'), {schema}.channel_name('cancel')

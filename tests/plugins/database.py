@@ -4,6 +4,7 @@ embedded one) and a fresh schema per test, plus both stores for the contract sui
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -52,10 +53,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``store``: both stores; a module marked ``async_store_too`` also gets the async port."""
+    """``store``: both stores, the PostgresStore also through PgBouncer in transaction mode
+    (marked ``pgbouncer``); a module marked ``async_store_too`` also gets the async port."""
     if "store" not in metafunc.fixturenames:
         return
-    kinds = ["memory", "postgres"]
+    bouncer = pytest.param("pgbouncer", marks=pytest.mark.pgbouncer)
+    kinds: list[Any] = ["memory", "postgres", bouncer]
     if metafunc.definition.get_closest_marker("async_store_too") is not None:
         kinds.append("async-postgres")
     metafunc.parametrize("store", kinds, indirect=True)
@@ -63,9 +66,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest) -> object:
-    """Both stores, for the contract suite (and the async port, see pytest_generate_tests)."""
+    """Both stores, for the contract suite; the PostgresStore twice: directly, and through
+    PgBouncer in transaction mode (``bouncer_store``, tests/plugins/pgbouncer.py); and the
+    async port (see pytest_generate_tests)."""
     if request.param == "memory":
         return request.getfixturevalue("mem_store")
+    if request.param == "pgbouncer":
+        return request.getfixturevalue("bouncer_store")
     if request.param == "async-postgres":
         return request.getfixturevalue("async_port")
     return request.getfixturevalue("pg_store")

@@ -18,11 +18,11 @@ Top-level keys:
 * ``logs``: ``"default"`` (structlog's defaults, on stdout), ``"stderr"`` (structlog on
   stderr, stdout keeps only the protocol lines) or ``{"path": ...}`` (structlog and stdlib
   logging, DEBUG and up, as JSON lines in that file; SIGUSR1 appends every thread's stack);
-* ``store``: ``max_size`` (6), ``application_name``, ``rate_window``, ``*_timeout``
-  arguments of ``PostgresStore.connect``, and ``extra_options`` (``-c name=value`` settings,
-  e.g. planner switches: the store then wraps a pool of this process's own, as an
-  application that brings its own pool would), and ``ledger_size`` (the ``fault`` ledger's
-  pool, default 4);
+* ``store``: ``max_size`` (6), ``application_name``, ``rate_window``, ``prepare``,
+  ``listen_dsn``, ``*_timeout`` arguments of ``PostgresStore.connect``, and
+  ``extra_options`` (``-c name=value`` settings, e.g. planner switches: the store then
+  wraps a pool of this process's own, as an application that brings its own pool would),
+  and ``ledger_size`` (the ``fault`` ledger's pool, default 4);
 * ``worker``: keyword arguments of :class:`golemq_pg.Worker` (durations in seconds), with
   ``resources`` as ``{name: Resource fields}``;
 * ``schedules``: ``[[key, type, payload, {options}]]`` declared with ``Queue.schedule`` at
@@ -30,7 +30,7 @@ Top-level keys:
 * ``handlers``: ``[{"type": ..., "options": {handler options}, ...behaviour}]`` (below);
 * ``hooks``: ``{"kill_after_claim": true}`` SIGKILLs the process right after the first claim
   that returned jobs has committed, before any handler starts;
-* ``ledger_dsn``: where the ``fault`` ledger is written (default ``dsn``).
+* ``ledger_dsn``: where the ``fault`` and ``guard`` ledgers are written (default ``dsn``).
 
 A handler's behaviour, in the order it happens:
 
@@ -54,6 +54,7 @@ A handler's behaviour, in the order it happens:
     ``RuntimeError``; ``message`` its text), ``first_only`` (only on the job's first run),
     ``only_on`` (sleep only in the worker whose id ends with ``-<only_on>``), ``tag``;
 * ``announce``: a word printed with the job id when the run starts (``"running 17"``);
+* ``returns``: the value the handler returns (its job's result), after the sleep;
 * ``sleep``: seconds, or ``[low, high]`` for a uniformly random duration; ``sleep_mode``:
   ``"signal"`` (default: wait on ``job.signal``, then ``raise_if_cancelled``), ``"ignore"``
   (plain ``time.sleep``) or ``"hang"`` (sleep until the process is killed);
@@ -178,7 +179,8 @@ def open_store(config: dict[str, Any]) -> tuple[PostgresStore, ConnectionPool[An
                     "application_name": app},
         )
         return PostgresStore(own_pool, schema=config["schema"]), own_pool
-    passed = {k: v for k, v in options.items() if k.endswith("_timeout") or k == "rate_window"}
+    passed = {k: v for k, v in options.items()
+              if k.endswith("_timeout") or k in ("rate_window", "prepare", "listen_dsn")}
     store = PostgresStore.connect(dsn, schema=config["schema"], min_size=1, max_size=max_size,
                                   application_name=app, **passed)
     return store, None
@@ -239,7 +241,7 @@ class Ledgers:
         """This handler thread's own autocommit connection (the guard ledger's)."""
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = psycopg.connect(self.dsn, autocommit=True)
+            conn = psycopg.connect(self._fault_dsn, autocommit=True)
             self._local.conn = conn
         return conn
 
@@ -279,7 +281,7 @@ def _sleep(job: Any, spec: dict[str, Any]) -> None:
         job.signal.raise_if_cancelled()
 
 
-def job_handler(spec: dict[str, Any], ledgers: Ledgers) -> Callable[[Any], None]:
+def job_handler(spec: dict[str, Any], ledgers: Ledgers) -> Callable[[Any], object]:
     """The handler of one ``handlers`` entry that runs one job at a time."""
     ledger = spec.get("ledger")
     if ledger == "fault":
@@ -287,7 +289,7 @@ def job_handler(spec: dict[str, Any], ledgers: Ledgers) -> Callable[[Any], None]
     announce = spec.get("announce")
     block = spec.get("block_when")
 
-    def handle(job: Any) -> None:
+    def handle(job: Any) -> object:
         if announce:
             say(announce, job.id)
         row = None
@@ -313,6 +315,7 @@ def job_handler(spec: dict[str, Any], ledgers: Ledgers) -> Callable[[Any], None]
         _sleep(job, spec)
         if row is not None:
             ledgers.thread_connection().execute(ledgers.guard_end, (row[0],))
+        return spec.get("returns")
 
     return handle
 

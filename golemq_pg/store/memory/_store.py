@@ -104,8 +104,9 @@ class InMemoryStore(RegistryVerbs, ControlVerbs):
             raise ValueError("the InMemoryStore clock must return an aware datetime")
         return now.astimezone(UTC)
 
-    def open_listener(self) -> MemoryListener:
-        """An in-process listener that receives every notification published from now on."""
+    def open_listener(self, dsn: str | None = None) -> MemoryListener:
+        """An in-process listener that receives every notification published from now on
+        (``dsn`` is ignored: there is no database to listen on)."""
         with self._lock:
             self._listeners = [lst for lst in self._listeners if not lst.closed]
             listener = MemoryListener(self._wakeup)

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Any, Self
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -29,7 +29,7 @@ from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
     ConnectionOptions,
-    connection_kwargs,
+    ensure_utc,
     pool_options,
 )
 from golemq_pg.store.postgres._migrations import migrate as _migrate
@@ -99,15 +99,36 @@ class AsyncPostgresStore:
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
-        **options: Unpack[ConnectionOptions],
+        statement_timeout: float = 30.0,
+        lock_timeout: float = 10.0,
+        idle_in_transaction_session_timeout: float = 60.0,
+        application_name: str = "golemq-pg",
+        prepare: bool = True,
     ) -> AsyncPostgresStore:
         """A store owning an ``AsyncConnectionPool`` to ``dsn`` (closed by :meth:`close`);
-        ``options`` as for ``PostgresStore.connect`` (timeouts, ``application_name``)."""
+        the options as for ``PostgresStore.connect`` (timeouts in seconds, 0 disables;
+        ``application_name``; ``prepare=False`` behind a pooler that cannot hold prepared
+        statements)."""
         check_schema(schema)
-        kwargs = connection_kwargs(**options)
-        settings = pool_options(schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
+        options = ConnectionOptions(
+            prepare=prepare,
+            application_name=application_name,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
+        )
+        settings = pool_options(schema=schema, min_size=min_size, max_size=max_size,
+                                options=options)
+        statement = queries_for(schema)["session_settings"]
+        params = options.session_params()
+
+        async def setup(conn: psycopg.AsyncConnection[Any]) -> None:
+            # The same session settings as PostgresStore's connections (session_setup).
+            await conn.execute(statement, params)
+            ensure_utc(conn)
+
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            dsn, **settings, open=False, reconnect_failed=_keep_reconnecting
+            dsn, **settings, configure=setup, open=False, reconnect_failed=_keep_reconnecting
         )
         await pool.open()
         store = cls(pool, schema=schema)

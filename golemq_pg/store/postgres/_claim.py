@@ -91,12 +91,16 @@ def most_admitted(job_type: str, pools: Sequence[tuple[str, Resource]]) -> int |
 class Claimer:
     """Runs claims for one schema on connections the store hands it."""
 
-    __slots__ = ("_cursors", "_narrow", "_pool_prefix", "_q", "_rate_window", "_type_prefix")
+    __slots__ = (
+        "_cursors", "_narrow", "_pool_prefix", "_q", "_rate_window", "_type_prefix", "prepare"
+    )
 
     def __init__(self, queries: Queries, schema: str, rate_window: float) -> None:
         self._q = queries
         self._type_prefix, self._pool_prefix = lock_prefixes(schema)
         self._rate_window = float(rate_window)
+        #: Whether the guarded claims ask for a prepared statement (``connect(prepare=)``).
+        self.prepare = True
         # Per type: the scope where the last scope walk ended (the next one starts after it).
         # Only fairness depends on it; a lost update between threads is harmless.
         self._cursors: dict[str, tuple[str | None, str | None]] = {}
@@ -258,16 +262,27 @@ class Claimer:
         *,
         managed: bool,
     ) -> list[tuple[Any, ...]]:
-        """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip)."""
+        """One guarded claim: BEGIN, locks, claim, COMMIT in one pipeline (one round trip;
+        four without prepared statements, see below)."""
         cur = psycopg.RawCursor(conn)
         if managed:
             # prepare=True: the claim is planned once per connection, not on each of the
             # first executions psycopg would otherwise leave unprepared (planning it takes
             # longer than running it, and claims rotate over every pooled connection).
-            with conn.pipeline(), conn.transaction():
-                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params, prepare=True)
-                cur.execute(query.text, query.args(params), prepare=True)
-            return cur.fetchall()
+            if self.prepare:
+                with conn.pipeline(), conn.transaction():
+                    conn.execute(self._q["claim_lock_exclusive_generic"], lock_params,
+                                 prepare=True)
+                    cur.execute(query.text, query.args(params), prepare=True)
+                return cur.fetchall()
+            # prepare=False: behind a transaction pooler (PgBouncer < 1.21). Nothing is
+            # prepared (the connection's prepare_threshold is None), and no pipeline either:
+            # PgBouncer 1.18 can lose count of a pipeline's Syncs and keep the server
+            # connection linked to this client after COMMIT, so the next client of that
+            # server waits until query_wait_timeout (measured; pgbouncer issue #759).
+            with conn.transaction():
+                conn.execute(self._q["claim_lock_exclusive_generic"], lock_params)
+                return cur.execute(query.text, query.args(params)).fetchall()
         # The caller's transaction (a transactional handler runs in it): enable_sort goes
         # off for the claim only (see claim_plan_guard in claim.sql).
         conn.execute(self._q["claim_lock_exclusive"], lock_params)

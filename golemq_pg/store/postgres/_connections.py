@@ -2,9 +2,11 @@
 
 The store owns a ``psycopg_pool.ConnectionPool`` (:func:`open_pool`, for
 ``PostgresStore.connect``) or wraps one. Its own connections are autocommit, so a
-one-statement verb is one round trip, and set ``statement_timeout``, ``lock_timeout`` and
-``idle_in_transaction_session_timeout`` at connection start-up. A store bound to the
-caller's connection (``with_connection``) runs its verbs there and never commits.
+one-statement verb is one round trip, and are set up by :class:`ConnectionOptions`: no
+``options`` startup parameter (PgBouncer refuses it), one ``session_settings`` statement
+once opened (TimeZone, jit, the timeouts), timestamptz decoded as UTC on the client, and
+with ``prepare=False`` no prepared statement at all. A store bound to the caller's
+connection (``with_connection``) runs its verbs there and never commits.
 
 :class:`StoreConnections` holds what every verb of the store needs (the shared state, the
 connection and transaction helpers, the retried fenced write); the verb groups of
@@ -16,13 +18,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 import structlog
 from psycopg import errors as pg_errors
+from psycopg.abc import Buffer
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool
 
+from golemq_pg.errors import QueueConfigError
 from golemq_pg.store.postgres._claim import Claimer
 from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._plans import channels as plan_channels
@@ -61,69 +68,153 @@ def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
 
-class ConnectionOptions(TypedDict, total=False):
-    """The options of the connections a store opens, ``connect(dsn, **options)`` of
-    ``PostgresStore`` and ``AsyncPostgresStore`` alike: timeouts in seconds (0 disables),
-    set on every connection at start-up, and the ``application_name`` it shows in
-    ``pg_stat_activity``. Defaults: 30, 10 and 60 seconds, ``"golemq-pg"``."""
+# -- connection options: prepare=, session settings, pooler errors ---------------------------
+# One place for every store that opens connections (PostgresStore, AsyncPostgresStore): how a
+# connection is opened (connect_kwargs), what it runs once opened (session_setup: the
+# session_settings statement), how timestamps stay UTC (ensure_utc, at every checkout) and
+# how a pooler's prepared-statement errors are reported (pooler_error).
 
-    statement_timeout: float
-    lock_timeout: float
-    idle_in_transaction_session_timeout: float
-    application_name: str
+#: What a store tells a user whose prepared statements a pooler cannot hold.
+PREPARE_FIX = (
+    "the server lost or shares this connection's prepared statements: a pooler in "
+    "transaction mode that cannot hold them (PgBouncer < 1.21) is in the way; connect with "
+    "PostgresStore.connect(..., prepare=False)"
+)
 
 
-def connection_kwargs(**options: Unpack[ConnectionOptions]) -> dict[str, Any]:
-    """The connection arguments of every connection a store opens (``PostgresStore.connect``
-    and ``AsyncPostgresStore.connect`` alike): autocommit, and the session settings at
-    start-up. The one place connection options are decided.
+class PreparedStatementsUnsupported(QueueConfigError):  # noqa: N818 - reads as a condition
+    """Prepared statements met a pooler that cannot hold them; the message names the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How the store sets up every connection it opens (see README "Behind PgBouncer").
+
+    ``prepare=False``: no server-side prepared statement ever (psycopg's
+    ``prepare_threshold=None``, which also overrides an explicit ``prepare=True``). Timeouts
+    are seconds (0 disables). Nothing goes into the ``options`` startup parameter.
     """
-    statement_timeout = options.get("statement_timeout", 30.0)
-    lock_timeout = options.get("lock_timeout", 10.0)
-    idle_in_transaction_session_timeout = options.get("idle_in_transaction_session_timeout", 60.0)
-    application_name = options.get("application_name", "golemq-pg")
-    settings = " ".join(
-        (
-            # Timestamps come back as UTC datetimes whatever the server's default zone.
-            "-c TimeZone=UTC",
-            # The claim's per-type LIMIT is not a constant, so on a large backlog its
-            # estimated cost crosses jit_above_cost although it touches ~100 rows; JIT
-            # compilation would then cost more than the statement itself.
-            "-c jit=off",
-            "-c statement_timeout=" + str(_ms(statement_timeout)),
-            "-c lock_timeout=" + str(_ms(lock_timeout)),
-            "-c idle_in_transaction_session_timeout="
-            + str(_ms(idle_in_transaction_session_timeout)),
-        )
-    )
-    return {"autocommit": True, "options": settings, "application_name": application_name}
+
+    prepare: bool = True
+    application_name: str = "golemq-pg"
+    statement_timeout: float = 30.0
+    lock_timeout: float = 10.0
+    idle_in_transaction_session_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prepare, bool):
+            raise QueueConfigError("prepare must be True or False")
+        for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise QueueConfigError(f"{name} must be a number of seconds >= 0")
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``psycopg.connect`` (pool connections and LISTEN ones)."""
+        kwargs: dict[str, Any] = {"autocommit": True, "application_name": self.application_name}
+        if not self.prepare:
+            kwargs["prepare_threshold"] = None
+        return kwargs
+
+    def session_params(self) -> dict[str, str]:
+        """Parameters of the ``session_settings`` statement (milliseconds, as text)."""
+        return {
+            "statement_timeout": str(_ms(self.statement_timeout)),
+            "lock_timeout": str(_ms(self.lock_timeout)),
+            "idle_timeout": str(_ms(self.idle_in_transaction_session_timeout)),
+        }
+
+
+class UtcTimestamptzLoader(TimestamptzLoader):
+    """timestamptz as a UTC datetime whatever the session's TimeZone (which a pooler's
+    server connection may have from another client)."""
+
+    def load(self, data: Buffer) -> datetime:
+        """The instant the server sent, in UTC."""
+        return super().load(data).astimezone(UTC)
+
+
+def ensure_utc(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Make every timestamptz on ``conn`` decode as UTC (no round trip).
+
+    psycopg labels a timestamptz with the zone libpq last heard the server report: UTC once
+    ``session_settings`` ran, so the fast built-in loader is kept. Any other zone (another
+    client's ``SET TimeZone`` on a pooler's shared server session, a ``SET`` behind the
+    store's back) gets :class:`UtcTimestamptzLoader` on this connection from then on.
+    Called on every checkout: one libpq lookup.
+    """
+    if conn.pgconn.parameter_status(b"TimeZone") != b"UTC":
+        conn.adapters.register_loader("timestamptz", UtcTimestamptzLoader)
+
+
+def pooler_error(exc: BaseException) -> PreparedStatementsUnsupported | None:
+    """The clear error for a prepared-statement failure a pooler causes, else None.
+
+    ``DuplicatePreparedStatement``: the server connection already holds another client's
+    ``_pg3_N``; ``InvalidSqlStatementName``: this connection's statement was prepared on a
+    server connection it no longer runs on.
+    """
+    if isinstance(exc, pg_errors.DuplicatePreparedStatement | pg_errors.InvalidSqlStatementName):
+        return PreparedStatementsUnsupported(PREPARE_FIX)
+    return None
+
+
+#: Sets up a connection the store just opened (pooled or LISTEN).
+Setup = Callable[[psycopg.Connection[Any]], None]
+
+
+def session_setup(schema: str, options: ConnectionOptions) -> Setup:
+    """What runs on each connection the store opens: the ``session_settings`` statement
+    (one round trip), then :func:`ensure_utc`."""
+    statement = queries_for(schema)["session_settings"]
+    params = options.session_params()
+
+    def setup(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(statement, params)
+        ensure_utc(conn)
+
+    return setup
 
 
 def pool_options(
-    *, schema: str, min_size: int, max_size: int, kwargs: dict[str, Any]
+    *, schema: str, min_size: int, max_size: int, options: ConnectionOptions
 ) -> dict[str, Any]:
     """The options of the pool a store owns (``ConnectionPool`` and ``AsyncConnectionPool``
-    alike), its connections made with ``kwargs`` (:func:`connection_kwargs`)."""
+    alike), its connections made with ``options.connect_kwargs()``; the caller adds its own
+    ``configure`` (sync or async :func:`session_setup`)."""
     return {
         "min_size": min_size,
         "max_size": max_size,
-        "kwargs": kwargs,
+        "kwargs": options.connect_kwargs(),
         "name": "golemq-" + schema,
         "reconnect_timeout": RECONNECT_TIMEOUT,
     }
 
 
-def open_pool(dsn: str, **options: Any) -> ConnectionPool[Any]:
-    """An open pool to ``dsn`` with :func:`pool_options` ``options``."""
+def open_pool(
+    dsn: str, *, schema: str, min_size: int, max_size: int, setup: Setup,
+    options: ConnectionOptions,
+) -> ConnectionPool[Any]:
+    """An open pool of autocommit connections to ``dsn``, each set up by ``setup``."""
     return ConnectionPool(
-        dsn, **pool_options(**options), open=True, reconnect_failed=_keep_reconnecting
+        dsn,
+        **pool_options(schema=schema, min_size=min_size, max_size=max_size, options=options),
+        configure=setup,
+        open=True,
+        reconnect_failed=_keep_reconnecting,
     )
+
+
+# -- end of connection options ----------------------------------------------------------------
 
 
 class Shared:
     """State shared by a store and the connection-bound stores derived from it."""
 
-    __slots__ = ("claimer", "ctx", "dsn", "owns_pool", "pool", "queries", "schema", "waiters")
+    __slots__ = (
+        "claimer", "ctx", "dsn", "listen_dsn", "owns_pool", "pool", "pooler_warned",
+        "queries", "schema", "setup", "waiters",
+    )
 
     def __init__(
         self,
@@ -141,8 +232,34 @@ class Shared:
         # What the verbs written as plans need (shared with AsyncPostgresStore's plans).
         self.ctx = PlanContext(self.queries, schema, queue_identity(pool.conninfo, schema))
         self.claimer = Claimer(self.queries, schema, rate_window)
+        #: Where LISTEN connections go instead of the pool's server (connect(listen_dsn=)).
+        self.listen_dsn: str | None = None
+        #: What each LISTEN connection runs once open (the session settings of an owned
+        #: pool's connections; None for a wrapped pool: its connections are the caller's).
+        self.setup: Setup | None = None
+        self.pooler_warned = False
         # queue.wait(): no thread or connection until the first wait.
-        self.waiters = JobWaiters(pool, self.ctx, lambda: self.dsn)
+        self.waiters = JobWaiters(pool, self.ctx, lambda: self.listen_dsn or self.dsn,
+                                  on_error=self.translate, setup=lambda: self.setup,
+                                  on_checkout=self.checked_out)
+
+    def checked_out(self, conn: psycopg.Connection[Any]) -> None:
+        """What a connection of the pool gets at each checkout: UTC decoding, on a pool the
+        store opened (a wrapped pool's connections are the caller's to set up)."""
+        if self.setup is not None:
+            ensure_utc(conn)
+
+    def translate(self, exc: BaseException) -> BaseException:
+        """``exc``, or the clear error naming ``prepare=False`` when a pooler refused this
+        store's prepared statements (logged once per store)."""
+        clear = pooler_error(exc)
+        if clear is None:
+            return exc
+        if not self.pooler_warned:
+            self.pooler_warned = True
+            log.error("store_prepared_statements_refused", schema=self.schema,
+                      error_type=type(exc).__name__, fix="prepare=False")
+        return clear
 
 
 class StoreConnections:
@@ -163,17 +280,26 @@ class StoreConnections:
     def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
         """A connection from the pool; one found read-only is thrown away.
 
+        A prepared-statement error a pooler causes becomes
+        :class:`PreparedStatementsUnsupported` (the connection is thrown away too).
+
         A session that started read-only (``default_transaction_read_only`` set on the role
         or database for a while, or a standby behind a failover address) stays read-only for
         its whole life, so the pool would hand the same refusing connections out forever.
         Closing it makes the pool open a fresh one, which sees the current setting.
         """
         with self._shared.pool.connection() as conn:
+            self._shared.checked_out(conn)
             try:
                 yield conn
             except pg_errors.ReadOnlySqlTransaction:
                 conn.close()
                 raise
+            except (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlStatementName) as exc:
+                # A pooler mixed prepared statements across clients: this connection's cache
+                # no longer matches its server, so it goes, and the error names the fix.
+                conn.close()
+                raise self._shared.translate(exc) from exc
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:

@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import orjson
@@ -59,12 +59,14 @@ class PgListener:
         channels: Mapping[str, Kind],
         *,
         connect_kwargs: Mapping[str, Any] | None = None,
+        setup: Callable[[psycopg.Connection[Any]], None] | None = None,
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
     ) -> None:
         self._conninfo = conninfo
         self._channels = dict(channels)
         self._kwargs = {k: v for k, v in (connect_kwargs or {}).items() if k != "autocommit"}
+        self._setup = setup
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._backoff = min_backoff
@@ -99,6 +101,8 @@ class PgListener:
             self._failed("listener_connect_failed", exc)
             return False
         try:
+            if self._setup is not None:
+                self._setup(conn)  # the store's session settings (its timeouts)
             for channel in self._channels:
                 conn.execute(listen_statement(channel))
         except psycopg.Error as exc:

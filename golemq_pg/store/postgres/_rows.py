@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -165,7 +165,8 @@ def attempt_errors(text: str | None) -> tuple[AttemptError, ...]:
     return tuple(
         AttemptError(
             attempt=int(item["attempt"]),
-            at=datetime.fromisoformat(item["at"]),
+            # to_jsonb(now()) writes the session's TimeZone offset: normalise to UTC.
+            at=datetime.fromisoformat(item["at"]).astimezone(UTC),
             error=str(item["error"]),
             worker_id=item.get("worker_id"),
         )

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Any, Self
 
 import orjson
 import psycopg
@@ -24,7 +24,7 @@ import structlog
 from psycopg_pool import ConnectionPool
 
 from golemq_pg._types import JobSummary
-from golemq_pg._validation import check_schema
+from golemq_pg._validation import check_dsn, check_schema
 from golemq_pg.store.port import (
     HISTORY_LIMIT,
     LEASE_EXHAUSTED_ERROR,
@@ -49,8 +49,8 @@ from golemq_pg.store.postgres._connections import (
     WRITE_ATTEMPTS,
     ConnectionOptions,
     Shared,
-    connection_kwargs,
     open_pool,
+    session_setup,
     sync_verb,
 )
 from golemq_pg.store.postgres._control import ControlVerbs
@@ -87,21 +87,40 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
+        statement_timeout: float = 30.0,
+        lock_timeout: float = 10.0,
+        idle_in_transaction_session_timeout: float = 60.0,
         rate_window: float = 60.0,
-        **options: Unpack[ConnectionOptions],
+        application_name: str = "golemq-pg",
+        prepare: bool = True,
+        listen_dsn: str | None = None,
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
-        ``options``: ``statement_timeout``, ``lock_timeout``,
-        ``idle_in_transaction_session_timeout`` (seconds, applied to every pooled connection
-        at start-up, 0 disables) and ``application_name`` (see ``ConnectionOptions``).
+        Timeouts are seconds, set on every pooled connection once it opens (0 disables).
+        ``prepare=False``: no server-side prepared statements (PgBouncer < 1.21 in transaction
+        mode). ``listen_dsn``: where the LISTEN connections go (workers' wake-ups, waits)
+        instead of ``dsn``, e.g. the database directly while ``dsn`` is PgBouncer.
         """
         check_schema(schema)
-        kwargs = connection_kwargs(**options)
-        pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size, kwargs=kwargs)
+        if listen_dsn is not None:
+            check_dsn(listen_dsn, "listen_dsn")
+        options = ConnectionOptions(
+            prepare=prepare,
+            application_name=application_name,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
+        )
+        setup = session_setup(schema, options)
+        pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size,
+                         setup=setup, options=options)
         store = cls(pool, schema=schema, rate_window=rate_window)
+        store._shared.setup = setup
         store._shared.dsn = dsn
+        store._shared.listen_dsn = listen_dsn
         store._shared.owns_pool = True
+        store._shared.claimer.prepare = prepare
         return store
 
     def with_connection(self, conn: psycopg.Connection[Any]) -> PostgresStore:
@@ -355,15 +374,18 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         return self._shared.waiters.wait(job_id, timeout)
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def open_listener(self) -> Listener | None:
-        """A dedicated LISTEN connection (outside the pool) on the jobs and cancel channels."""
+    def open_listener(self, dsn: str | None = None) -> Listener | None:
+        """A dedicated LISTEN connection (outside the pool) on the jobs and cancel channels:
+        to ``dsn`` when given (a worker's ``listen_dsn``), else the store's ``listen_dsn``,
+        else its own database."""
         jobs_channel, cancel_channel = self.channels()
         pool = self._shared.pool
         conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
         kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
         return PgListener(
-            self._shared.dsn or conninfo,
+            dsn or self._shared.listen_dsn or self._shared.dsn or conninfo,
             {jobs_channel: "jobs", cancel_channel: "cancel"},
             connect_kwargs=kwargs,
+            setup=self._shared.setup,
         )
 

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import structlog
+from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 
 from golemq_pg._types import JobSummary
@@ -170,17 +173,31 @@ class JobWaiters(WaiterRegistry):
     their listener thread; see the module docstring.
 
     ``pool`` serves the short checks and tells where the LISTEN connection goes (its conninfo
-    and connection options, or ``dsn()`` when the store was given one).
+    and connection options, or ``dsn()`` when the store was given one: its ``listen_dsn``,
+    else its DSN). ``on_error`` turns a check's error into the one to raise (the store's
+    clear error for a pooler's prepared-statement failure); ``setup()`` what the LISTEN
+    connection runs once open (the store's session settings, or None); ``on_checkout`` what
+    a pooled connection gets before each check (the store's UTC decoding).
     """
 
     def __init__(
-        self, pool: ConnectionPool[Any], ctx: PlanContext, dsn: Callable[[], str | None]
+        self,
+        pool: ConnectionPool[Any],
+        ctx: PlanContext,
+        dsn: Callable[[], str | None],
+        *,
+        on_error: Callable[[BaseException], BaseException] = lambda exc: exc,
+        setup: Callable[[], Callable[[psycopg.Connection[Any]], None] | None] = lambda: None,
+        on_checkout: Callable[[psycopg.Connection[Any]], None] = lambda conn: None,
     ) -> None:
         super().__init__(threading.Event)
         self._pool = pool
         self._ctx = ctx
         self._q = ctx.queries
         self._dsn = dsn
+        self._translate = on_error
+        self._setup = setup
+        self._on_checkout = on_checkout
         self._thread: threading.Thread | None = None
         self._listener: PgListener | None = None
         self._stopped = threading.Event()
@@ -226,7 +243,19 @@ class JobWaiters(WaiterRegistry):
     def fetch(self, job_ids: Sequence[int]) -> list[JobSummary]:
         """The summaries of those of ``job_ids`` that exist: one statement, on a pooled
         connection held for that statement only."""
-        return run_plan(self._pool.connection, job_get_many(self._ctx, job_ids), True)
+        return run_plan(self._checked_out, job_get_many(self._ctx, job_ids), True)
+
+    @contextmanager
+    def _checked_out(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for one statement, set up as the store's own checkouts are; a
+        prepared-statement error a pooler causes throws it away and names the fix."""
+        with self._pool.connection() as conn:
+            self._on_checkout(conn)
+            try:
+                yield conn
+            except (pg_errors.DuplicatePreparedStatement, pg_errors.InvalidSqlStatementName) as exc:
+                conn.close()  # its prepared statements no longer match its server
+                raise self._translate(exc) from exc
 
     @property
     def listening(self) -> bool:
@@ -256,7 +285,8 @@ class JobWaiters(WaiterRegistry):
         conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
         kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
         return PgListener(
-            self._dsn() or conninfo, {done: "done", cancel: "cancel"}, connect_kwargs=kwargs
+            self._dsn() or conninfo, {done: "done", cancel: "cancel"}, connect_kwargs=kwargs,
+            setup=self._setup(),
         )
 
     def _run(self) -> None:
