@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.plugins.database",
     "tests.plugins.faults",
     "tests.plugins.ledgers",
+    "tests.plugins.web",
 ]
