@@ -130,7 +130,7 @@ def test_schedules_and_workers_pages_list_what_the_database_holds(
     workers = dashboard.get("/workers")
     assert workers.status_code == 200
     assert "w-7" in workers.text
-    assert "mail.send×2" in workers.text
+    assert "mail.send\u00d72" in workers.text
 
 
 def test_healthz_answers_ok_when_the_database_does(dashboard: Dashboard) -> None:
