@@ -10,8 +10,11 @@
 
 -- name: dashboard_timeout
 -- A short statement_timeout for the rest of this transaction only (SET LOCAL, as a function
--- so the value is a parameter).
-SELECT set_config('statement_timeout', %(timeout_ms)s::text, true)
+-- so the value is a parameter), and no JIT: these statements' estimated costs cross
+-- jit_above_cost on a big table although they read little (on a pool the store did not
+-- open, whose sessions may have JIT on, compiling would cost more than the statement).
+SELECT set_config('statement_timeout', %(timeout_ms)s::text, true),
+       set_config('jit', 'off', true)
 
 
 -- name: dashboard_type_counts
@@ -40,19 +43,53 @@ types AS (
     UNION SELECT r.type FROM run r
 )
 SELECT t.type,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                               WHERE j.status = 'pending' AND j.type = t.type
-                                 AND j.run_at <= now() LIMIT %(cap)s::bigint) x) AS due,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                               WHERE j.status = 'pending' AND j.type = t.type
-                                 AND j.run_at > now() LIMIT %(cap)s::bigint) x) AS scheduled,
+       CASE WHEN c.seen < %(cap)s::bigint THEN c.due
+            ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                                         WHERE j.status = 'pending' AND j.type = t.type
+                                           AND j.run_at <= now() LIMIT %(cap)s::bigint) x)
+       END AS due,
+       CASE WHEN c.seen < %(cap)s::bigint THEN c.scheduled
+            ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                                         WHERE j.status = 'pending' AND j.type = t.type
+                                           AND j.run_at > now() LIMIT %(cap)s::bigint) x)
+       END AS scheduled,
        coalesce((SELECT r.n FROM run r WHERE r.type = t.type), 0) AS running,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
                                WHERE j.status = 'failed' AND j.type = t.type
                                LIMIT %(cap)s::bigint) x) AS failed,
-       (SELECT extract(epoch FROM now() - min(j.run_at))::float8 FROM {schema}.jobs j
-         WHERE j.status = 'pending' AND j.type = t.type AND j.run_at <= now()) AS oldest
+       extract(epoch FROM now() - CASE
+           WHEN c.seen < %(cap)s::bigint THEN c.oldest
+           -- A backlog past the cap: the oldest due run_at of each priority is the first
+           -- entry of that priority in jobs_claim_idx, found by a loose scan of priorities.
+           ELSE (WITH RECURSIVE prio(p) AS (
+                     (SELECT j.priority FROM {schema}.jobs j
+                       WHERE j.status = 'pending' AND j.type = t.type
+                       ORDER BY j.priority DESC LIMIT 1)
+                     UNION ALL
+                     SELECT (SELECT j.priority FROM {schema}.jobs j
+                              WHERE j.status = 'pending' AND j.type = t.type
+                                AND j.priority < pr.p
+                              ORDER BY j.priority DESC LIMIT 1)
+                       FROM prio pr WHERE pr.p IS NOT NULL)
+                 SELECT min(first_due.run_at)
+                   FROM prio pr
+                  CROSS JOIN LATERAL (
+                        SELECT j.run_at FROM {schema}.jobs j
+                         WHERE j.status = 'pending' AND j.type = t.type AND j.priority = pr.p
+                         ORDER BY j.priority DESC, j.run_at LIMIT 1) first_due
+                  WHERE pr.p IS NOT NULL AND first_due.run_at <= now())
+       END)::float8 AS oldest
   FROM types t
+ CROSS JOIN LATERAL (
+        -- One pass over the type's backlog in jobs_claim_idx, up to the cap: exact counts
+        -- and oldest due time while the backlog is below it (the usual case).
+        SELECT count(*) AS seen,
+               count(*) FILTER (WHERE b.run_at <= now()) AS due,
+               count(*) FILTER (WHERE b.run_at > now()) AS scheduled,
+               min(b.run_at) FILTER (WHERE b.run_at <= now()) AS oldest
+          FROM (SELECT j.run_at FROM {schema}.jobs j
+                 WHERE j.status = 'pending' AND j.type = t.type
+                 LIMIT %(cap)s::bigint) b) c
  ORDER BY t.type
 
 
