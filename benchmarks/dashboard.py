@@ -48,7 +48,7 @@ def fill(box: Sandbox, n: int) -> None:
     """Generate the scenario's ``n`` rows in ``box`` (a migrated schema), then ANALYZE."""
     jobs = sql.Identifier(box.schema_name, "jobs")
     with psycopg.connect(box.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL(_FILL).format(jobs=jobs), {"n": n})  # type: ignore[arg-type]
+        conn.execute(sql.SQL(_FILL).format(jobs=jobs), {"n": n})
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(jobs))
 
 
