@@ -29,13 +29,16 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def web_process(dsn: str, schema: str, *options: str) -> Iterator[str]:
-    """Run ``golemq-pg web`` on a free port until the block ends; yields its base URL."""
+def web_process(
+    dsn: str, schema: str, *options: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Run ``golemq-pg web`` on a free port until the block ends; yields its base URL.
+    ``env``: extra environment (e.g. ``GOLEMQ_WEB_USER``); the caller's own is dropped."""
     port = free_port()
     command = [sys.executable, "-m", "golemq_pg.cli", "--dsn", dsn, "--schema", schema,
                "web", "--port", str(port), *options]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GOLEMQ_WEB_")}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GOLEMQ_WEB_")}
+    proc = subprocess.Popen(command, env={**environment, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
