@@ -41,7 +41,8 @@ def back(request: Request, default: str, notice: str) -> RedirectResponse:
     referer = request.headers.get("referer")
     if referer:
         parts = urlsplit(referer)
-        if parts.netloc == request.headers.get("host") and parts.path.startswith(base + "/"):
+        inside = parts.path.startswith(base + "/") and not parts.path.startswith("//")
+        if parts.netloc == request.headers.get("host") and inside:
             query = [(k, v) for k, v in parse_qsl(parts.query) if k != "notice"]
             target = parts.path + ("?" + urlencode(query) if query else "")
     sep = "&" if "?" in target else "?"

@@ -219,6 +219,9 @@ def test_run_now_and_cancel_act_on_one_job(
     job = pg_store.job_get(later)
     assert job is not None
     assert job.run_at <= pg_store.now()
+    # A Referer path that a browser would read as another host is never a redirect target.
+    again = dashboard.post(f"/jobs/{later}/run-now", headers={"referer": f"{ORIGIN}//evil.test/x"})
+    assert again.headers["location"] == f"/jobs/{later}?notice=unchanged"
     answer = dashboard.post(f"/jobs/{later}/cancel")
     assert answer.status_code == 303
     assert pg_store.job_get(later) is None
