@@ -5,6 +5,11 @@ Each read runs in one transaction that first lowers ``statement_timeout`` for it
 snapshot for longer than :data:`~golemq_pg.store.dashboard.DASHBOARD_STATEMENT_TIMEOUT`,
 whatever the store's own timeout is (the pool's connections are shared with a worker or an
 application when the dashboard is mounted in one).
+
+Every statement is planned for its own parameters (``prepare=False``): their filters are
+"NULL: no filter", so a generic plan cannot know which filters apply nor which index pays,
+and once psycopg prepared them PostgreSQL's switch to a generic plan made a jobs page of a
+big table up to ten times slower; planning one costs about a millisecond.
 """
 
 from __future__ import annotations
@@ -43,18 +48,17 @@ class DashboardVerbs(StoreConnections):
         """A transaction whose statements stop after the dashboard's timeout."""
         with self._transaction() as conn:
             timeout_ms = int(DASHBOARD_STATEMENT_TIMEOUT * 1000)
-            conn.execute(self._q["dashboard_timeout"], {"timeout_ms": timeout_ms})
+            _run(conn, self._q["dashboard_timeout"], {"timeout_ms": timeout_ms})
             yield conn
 
     def dashboard_overview(self, cap: int = COUNT_CAP) -> Overview:
         """Per-type capped counts and per-status totals (succeeded: the last hour)."""
         cap = max(int(cap), 1)
         with self._dashboard() as conn:
-            found = conn.execute(self._q["dashboard_type_counts"], {"cap": cap}).fetchall()
-            hour = conn.execute(self._q["dashboard_throughput"], {"minutes": 60}).fetchall()
-            estimate = conn.execute(
-                self._q["dashboard_estimated_rows"], {"schema": self._shared.schema}
-            ).fetchone()
+            found = _run(conn, self._q["dashboard_type_counts"], {"cap": cap}).fetchall()
+            hour = _run(conn, self._q["dashboard_throughput"], {"minutes": 60}).fetchall()
+            schema = {"schema": self._shared.schema}
+            estimate = _run(conn, self._q["dashboard_estimated_rows"], schema).fetchone()
         types = tuple(
             TypeCounts(
                 type=str(t), due=int(d), scheduled=int(s), running=int(r), failed=int(f),
@@ -68,7 +72,7 @@ class DashboardVerbs(StoreConnections):
         """Jobs finished per minute over the last ``minutes`` minutes, oldest first."""
         minutes = min(max(int(minutes), 1), 24 * 60)
         with self._dashboard() as conn:
-            found = conn.execute(self._q["dashboard_throughput"], {"minutes": minutes})
+            found = _run(conn, self._q["dashboard_throughput"], {"minutes": minutes})
             return [MinuteCount(at, int(ok), int(bad)) for at, ok, bad in found.fetchall()]
 
     def dashboard_jobs(self, query: JobQuery) -> JobPage:
@@ -89,27 +93,26 @@ class DashboardVerbs(StoreConnections):
                 if number is None:
                     return JobPage((), None)
                 args.update(before=number + 1, floor=number)
-                found = conn.execute(self._q["dashboard_jobs_page"], args).fetchall()
+                found = _run(conn, self._q["dashboard_jobs_page"], args).fetchall()
                 return JobPage(tuple(rows.summary(r) for r in found), None)
             before = None if query.after is None else rows.int_id(query.after)
-            top, _ = conn.execute(self._q["dashboard_jobs_top"], {"floor": 0}).fetchone() or (1, 0)
+            top, _ = _run(conn, self._q["dashboard_jobs_top"], {"floor": 0}).fetchone() or (1, 0)
             before = int(top) if before is None else min(before, int(top))
             floor = max(before - window, 0)
             args.update(before=before, floor=floor)
-            found = conn.execute(self._q["dashboard_jobs_page"], args).fetchall()
+            found = _run(conn, self._q["dashboard_jobs_page"], args).fetchall()
             jobs = tuple(rows.summary(r) for r in found)
             if len(jobs) == limit:
                 return JobPage(jobs, jobs[-1].id)
-            _, older = conn.execute(self._q["dashboard_jobs_top"], {"floor": floor}).fetchone() or (
-                0, False
-            )
+            below = _run(conn, self._q["dashboard_jobs_top"], {"floor": floor}).fetchone()
+            older = bool(below[1]) if below is not None else False
         return JobPage(jobs, str(floor) if older else None)
 
     def dashboard_dead_letters(self, cap: int = COUNT_CAP) -> DeadLetters:
         """FAILED jobs grouped by (type, last_error), each type's newest ``cap`` at most."""
         cap = max(int(cap), 1)
         with self._dashboard() as conn:
-            found = conn.execute(self._q["dashboard_dead_letters"], {"cap": cap}).fetchall()
+            found = _run(conn, self._q["dashboard_dead_letters"], {"cap": cap}).fetchall()
         groups = [
             DeadLetterGroup(str(t), err, int(n), str(newest), at)
             for t, err, n, newest, at, _ in found
@@ -133,7 +136,7 @@ class DashboardVerbs(StoreConnections):
             "rate_window": self._shared.claimer.rate_window,
         }
         with self._dashboard() as conn:
-            found = conn.execute(self._q["dashboard_pools"], args).fetchall()
+            found = _run(conn, self._q["dashboard_pools"], args).fetchall()
         out: list[PoolState] = []
         for name, spent, window_start, in_use in found:
             pool = resources.get(name)
@@ -149,6 +152,13 @@ class DashboardVerbs(StoreConnections):
                 )
             )
         return out
+
+
+def _run(
+    conn: psycopg.Connection[Any], query: Any, params: dict[str, Any]
+) -> psycopg.Cursor[Any]:
+    """Execute one dashboard statement, planned for these parameters (never prepared)."""
+    return conn.execute(query, params, prepare=False)
 
 
 def _overview(
