@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
+from benchmarks import dashboard
 from benchmarks.rss import drain_in_child
 from benchmarks.sandbox import Sandbox, sandbox_for
 from benchmarks.systems import System, UnsupportedError, Variant
@@ -38,12 +39,15 @@ class Sizes:
     rss: int
     rss_slow: int
     guarded: int
+    #: Rows of the dashboard scenario's jobs table, and its rounds per route.
+    dashboard_rows: int = 1_000_000
+    dashboard_rounds: int = 15
 
 
 QUICK = Sizes(drain=2_000, drain_slow=200, steady_seconds=1.0, latency_count=25,
               latency_interval=0.02, bulk=5_000, bulk_slow=1_000, single=200, scale_small=1_000,
               scale_large=10_000, scale_take=1_000, scale_rounds=2,
-              rss=2_000, rss_slow=200, guarded=2_000)
+              rss=2_000, rss_slow=200, guarded=2_000, dashboard_rows=20_000, dashboard_rounds=3)
 FULL = Sizes(drain=50_000, drain_slow=3_000, steady_seconds=10.0, latency_count=500,
              latency_interval=0.02, bulk=100_000, bulk_slow=20_000, single=2_000,
              scale_small=10_000, scale_large=1_000_000, scale_take=10_000, scale_rounds=3,
@@ -174,6 +178,14 @@ def run_guarded(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Fig
     return {"jobs_per_s": sizes.guarded / seconds, "jobs": sizes.guarded}
 
 
+def run_dashboard(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    with _box(system, dsn, "dashboard") as box:
+        system.install(box)
+        dashboard.fill(box, sizes.dashboard_rows)
+        figures = dashboard.measure(box, sizes.dashboard_rounds)
+    return {**figures, "rows": sizes.dashboard_rows}
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("drain", "Drain (burn-down) throughput",
              "N no-op jobs are enqueued first (not timed), then consumed until the queue is "
@@ -227,6 +239,16 @@ SCENARIOS: tuple[Scenario, ...] = (
              "binding pool for reference.",
              (Metric("jobs_per_s", "jobs/s"),), run_guarded,
              systems=("raw-sql", "golemq-pg")),
+    Scenario("dashboard", "Web dashboard page cost",
+             "A jobs table of 1,000,000 rows (generate_series: 95% succeeded over the last "
+             "days, 4% pending, 0.9% dead letters, 0.1% running, 10% tagged, 21 types); every "
+             "route of golemq_pg.web requested in process through httpx's ASGI transport, "
+             "15 rounds after a warm-up; the median per route in ms (target: < 250 ms each).",
+             (Metric("slowest_page_ms", "slowest page ms", higher_is_better=False),
+              Metric("overview_ms", "overview ms", higher_is_better=False),
+              Metric("jobs_rare_type_ms", "jobs?type=rare ms", higher_is_better=False),
+              Metric("failed_ms", "dead letters ms", higher_is_better=False)), run_dashboard,
+             systems=("golemq-pg",)),
 )
 
 

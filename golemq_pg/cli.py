@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import click
 
-from golemq_pg import _cli_control, _embedded, _harness
+from golemq_pg import _cli_control, _cli_web, _embedded, _harness
 from golemq_pg._cli_params import DURATION, SCOPE, parse_payload
 from golemq_pg._errortext import error_text
 from golemq_pg._types import JobStatus
@@ -469,6 +469,7 @@ def show_cmd(job_id: str, as_json: bool, with_payload: bool) -> None:
 
 # retry ID, run-now ID, cancel ID, pause TYPE, resume TYPE
 _cli_control.register(cli, db_options, open_store)
+_cli_web.register(cli, db_options, open_store)
 
 
 # -- worker --------------------------------------------------------------------------------

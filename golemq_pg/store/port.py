@@ -23,6 +23,7 @@ from golemq_pg._types import (
     Scope,
     WorkerSummary,
 )
+from golemq_pg.store.dashboard import DashboardReads
 
 # -- texts every store writes alike ----------------------------------------------------------
 # The reaper stores these as a recovered job's ``last_error`` (both stores: PostgresStore
@@ -332,8 +333,9 @@ class Listener(Protocol):
 
 
 @runtime_checkable
-class JobStore(Protocol):
-    """The storage port. See the module docstring for the fencing rule."""
+class JobStore(DashboardReads, Protocol):
+    """The storage port. See the module docstring for the fencing rule (the dashboard's
+    verbs are in :mod:`golemq_pg.store.dashboard`)."""
 
     # -- producer -------------------------------------------------------------------------
     def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:

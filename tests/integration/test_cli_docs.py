@@ -181,3 +181,31 @@ def test_documented_grants_are_enough_for_the_runtime_role(pg_dsn: str, doc_sche
                 sql.Identifier(doc_schema)))
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_web_dashboard_mount_example_serves_under_its_prefix(
+    pg_dsn: str, doc_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64  # noqa: PLC0415
+
+    from tests.support.web_client import Dashboard  # noqa: PLC0415
+
+    (code,) = _blocks(_section(README, "Web dashboard"), "python")
+    code = code.replace('connect(os.environ["GOLEMQ_DSN"])',
+                        f'connect(os.environ["GOLEMQ_DSN"], schema={doc_schema!r})')
+    assert doc_schema in code
+    monkeypatch.setenv("GOLEMQ_DSN", pg_dsn)
+    namespace: dict[str, object] = {"__name__": "readme_web_example"}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our README
+    try:
+        client = Dashboard(namespace["api"])
+        assert client.get("/queue/healthz").status_code == 200
+        assert client.get("/queue/").status_code == 401
+        auth = {"authorization": "Basic " + base64.b64encode(b"ops:s3cret").decode()}
+        namespace["store"].migrate()  # type: ignore[attr-defined]
+        page = client.get("/queue/", headers=auth)
+        assert page.status_code == 200
+        assert "orders queue" in page.text
+        assert 'href="/queue/jobs"' in page.text
+    finally:
+        namespace["store"].close()  # type: ignore[attr-defined]

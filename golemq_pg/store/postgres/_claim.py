@@ -108,6 +108,11 @@ class Claimer:
         # cursor, only cost depends on it.
         self._narrow: dict[str, bool] = {}
 
+    @property
+    def rate_window(self) -> float:
+        """The resource pools' fixed rate window, in seconds."""
+        return self._rate_window
+
     # -- planning ----------------------------------------------------------------------------
     @staticmethod
     def split(request: ClaimRequest) -> tuple[list[TypeSlots], list[TypeSlots]]:

@@ -54,6 +54,7 @@ from golemq_pg.store.postgres._connections import (
     sync_verb,
 )
 from golemq_pg.store.postgres._control import ControlVerbs
+from golemq_pg.store.postgres._dashboard import DashboardVerbs
 from golemq_pg.store.postgres._listener import PgListener
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._registry import RegistryVerbs
@@ -62,7 +63,7 @@ from golemq_pg.store.postgres._schedules import ScheduleVerbs
 log = structlog.get_logger("golemq_pg.store.postgres")
 
 
-class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
+class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs):
     """The JobStore port on PostgreSQL (see the module docstring)."""
 
     def __init__(

@@ -1,0 +1,83 @@
+"""Take the README's dashboard screenshots from the real app on real data.
+
+    python docs/screenshots.py [DSN]        # default $GOLEMQ_DSN, else the local test server
+
+Runs the demo workload (``golemq-pg demo``: no-ops, flaky jobs that retry, slow jobs with
+progress, a type that always dead-letters) in schema ``golemq_screens``, leaves a worker
+running with some work parked for later and one type paused, serves ``golemq_pg.web`` with
+uvicorn on a free loopback port and photographs the overview and a retried-then-dead job
+with headless Chromium (Debian's ``/usr/bin/chromium`` through Playwright). Writes
+``docs/dashboard-overview.png`` and ``docs/dashboard-job.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+from playwright.sync_api import sync_playwright
+
+from golemq_pg import JobStatus, PostgresStore, Queue, Worker
+from golemq_pg._demo import FLAKY, NOOP, SLOW, _register, _Tally, run_demo
+from golemq_pg.web import create_app
+
+SCHEMA = "golemq_screens"
+DOCS = Path(__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def main(dsn: str) -> None:
+    """Fill the schema, serve the dashboard, take both screenshots."""
+    run_demo(dsn, schema=SCHEMA, jobs=3000, quiet=True)
+    store = PostgresStore.connect(dsn, schema=SCHEMA, max_size=8)
+    queue = Queue(store)
+    worker = Worker(store, poll_interval=0.2)
+    _register(worker, _Tally())
+    worker.start()
+    queue.add_many(NOOP, [{"n": i} for i in range(400)], delay=3600)
+    queue.add_many(SLOW, [{"steps": 5} for _ in range(12)], delay=900)
+    queue.schedule("nightly-report", NOOP, {"n": 0}, cron="0 3 * * *")
+    queue.pause(FLAKY, "investigating upstream timeouts")
+    queue.add_many(FLAKY, [{"fail_times": 0} for _ in range(25)])
+    dead = queue.find(types=[FLAKY], statuses=[JobStatus.FAILED], limit=1)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(store), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=os.environ.get("GOLEMQ_CHROMIUM", "/usr/bin/chromium"),
+                args=["--no-sandbox"],
+            )
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.screenshot(path=str(DOCS / "dashboard-overview.png"), full_page=True)
+            if dead:
+                page.goto(f"http://127.0.0.1:{port}/jobs/{dead[0].id}")
+                page.screenshot(path=str(DOCS / "dashboard-job.png"), full_page=True)
+            browser.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        queue.resume(FLAKY)
+        worker.stop(timeout=10)
+        store.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else
+         os.environ.get("GOLEMQ_DSN", "postgresql://postgres@127.0.0.1:5432/test"))

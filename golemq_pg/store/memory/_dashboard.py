@@ -1,0 +1,245 @@
+"""The dashboard verbs of InMemoryStore (see :mod:`golemq_pg.store.dashboard`).
+
+Private to :mod:`golemq_pg.store.memory`; a base of :class:`InMemoryStore`, whose lock,
+table, clock, budgets and notifications it uses. The same results as PostgreSQL's
+``sql/queries/dashboard.sql``, caps and scan windows included, so a test written against
+one store holds on the other.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from golemq_pg._types import JobStatus, Resource
+from golemq_pg.store.dashboard import (
+    COUNT_CAP,
+    DeadLetterGroup,
+    DeadLetters,
+    JobPage,
+    JobQuery,
+    MinuteCount,
+    Overview,
+    PoolState,
+    TypeCounts,
+    sorted_groups,
+    window_spent,
+)
+from golemq_pg.store.memory._rows import JobRow, JobTable, RateBudget
+from golemq_pg.store.port import Notification
+
+_MINUTE = timedelta(minutes=1)
+
+
+class DashboardVerbs:
+    """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_jobs``,
+    ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``, ``dashboard_pools``."""
+
+    _lock: threading.Lock
+    _jobs: JobTable
+    _budgets: dict[str, RateBudget]
+    _rate_window: float
+    _read_clock: Callable[[], datetime]
+    _publish: Callable[[Notification], None]
+
+    def dashboard_overview(self, cap: int = COUNT_CAP) -> Overview:
+        """Per-type capped counts and per-status totals (succeeded: the last hour)."""
+        cap = max(int(cap), 1)
+        with self._lock:
+            now = self._read_clock()
+            live = [*self._jobs.pending.values(), *self._jobs.running.values()]
+            failed = [r for r in self._jobs.rows.values() if r.status is JobStatus.FAILED]
+            hour = self._finished_per_minute(now, 60)
+            estimate = len(self._jobs.rows)
+        per_type: dict[str, dict[str, int]] = {}
+        oldest: dict[str, datetime] = {}
+        for row in [*live, *failed]:
+            counts = per_type.setdefault(row.type, dict.fromkeys(("d", "s", "r", "f"), 0))
+            if row.status is JobStatus.RUNNING:
+                counts["r"] += 1
+            elif row.status is JobStatus.FAILED:
+                counts["f"] += 1
+            elif row.run_at <= now:
+                counts["d"] += 1
+                oldest[row.type] = min(oldest.get(row.type, row.run_at), row.run_at)
+            else:
+                counts["s"] += 1
+        types = tuple(
+            TypeCounts(
+                type=name,
+                due=min(c["d"], cap),
+                scheduled=min(c["s"], cap),
+                running=c["r"],
+                failed=min(c["f"], cap),
+                oldest_due_age=(now - oldest[name]).total_seconds() if name in oldest else None,
+            )
+            for name, c in sorted(per_type.items())
+        )
+        by_status = {
+            JobStatus.PENDING: sum(t.due + t.scheduled for t in types),
+            JobStatus.RUNNING: sum(t.running for t in types),
+            JobStatus.SUCCEEDED: sum(m.succeeded for m in hour),
+            JobStatus.FAILED: sum(t.failed for t in types),
+        }
+        ages = [t.oldest_due_age for t in types if t.oldest_due_age is not None]
+        return Overview(types, by_status, max(ages) if ages else None, estimate, cap)
+
+    def dashboard_throughput(self, minutes: int = 60) -> list[MinuteCount]:
+        """Jobs finished per minute over the last ``minutes`` minutes, oldest first."""
+        minutes = min(max(int(minutes), 1), 24 * 60)
+        with self._lock:
+            return self._finished_per_minute(self._read_clock(), minutes)
+
+    def _finished_per_minute(self, now: datetime, minutes: int) -> list[MinuteCount]:
+        current = now.replace(second=0, microsecond=0)
+        start = current - (minutes - 1) * _MINUTE
+        ok = [0] * minutes
+        bad = [0] * minutes
+        for row in self._jobs.rows.values():
+            at = row.finished_at
+            if at is None or at < start or row.status not in (
+                JobStatus.SUCCEEDED, JobStatus.FAILED
+            ):
+                continue
+            index = int((at - start) // _MINUTE)
+            if index >= minutes:
+                continue
+            (ok if row.status is JobStatus.SUCCEEDED else bad)[index] += 1
+        return [MinuteCount(start + i * _MINUTE, ok[i], bad[i]) for i in range(minutes)]
+
+    def dashboard_jobs(self, query: JobQuery) -> JobPage:
+        """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""
+        limit = min(max(int(query.limit), 1), 500)
+        window = max(int(query.window), limit)
+        with self._lock:
+            table = self._jobs.rows
+            if query.job_id is not None:
+                row = self._jobs.get(query.job_id)
+                hit = row is not None and _passes(row, query)
+                return JobPage((row.summary(),) if hit and row is not None else (), None)
+            top = (max(table) if table else 0) + 1
+            after = None if query.after is None else _int(query.after)
+            before = top if after is None else min(after, top)
+            floor = max(before - window, 0)
+            picked: list[JobRow] = []
+            for number in sorted((i for i in table if floor <= i < before), reverse=True):
+                row = table[number]
+                if _passes(row, query):
+                    picked.append(row)
+                    if len(picked) == limit:
+                        break
+            jobs = tuple(r.summary() for r in picked)
+            if len(jobs) == limit:
+                return JobPage(jobs, jobs[-1].id)
+            older = any(i < floor for i in table)
+        return JobPage(jobs, str(floor) if older else None)
+
+    def dashboard_dead_letters(self, cap: int = COUNT_CAP) -> DeadLetters:
+        """FAILED jobs grouped by (type, last_error), each type's newest ``cap`` at most."""
+        cap = max(int(cap), 1)
+        with self._lock:
+            failed = sorted(
+                (r for r in self._jobs.rows.values() if r.status is JobStatus.FAILED),
+                key=lambda r: r.id,
+                reverse=True,
+            )
+        seen: dict[str, int] = {}
+        groups: dict[tuple[str, str | None], DeadLetterGroup] = {}
+        capped = False
+        for row in failed:
+            seen[row.type] = seen.get(row.type, 0) + 1
+            if seen[row.type] > cap:
+                capped = True
+                continue
+            key = (row.type, row.last_error)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = DeadLetterGroup(row.type, row.last_error, 1, str(row.id),
+                                              row.finished_at)
+            else:
+                last = group.last_failed_at
+                if row.finished_at is not None and (last is None or row.finished_at > last):
+                    last = row.finished_at
+                groups[key] = DeadLetterGroup(group.type, group.error, group.count + 1,
+                                              group.newest_id, last)
+        return DeadLetters(sorted_groups(list(groups.values())), capped, cap)
+
+    def dashboard_retry_dead_letters(self, job_type: str, error: str | None) -> int:
+        """Every FAILED job of ``job_type`` with this ``last_error`` -> PENDING due now."""
+        with self._lock:
+            now = self._read_clock()
+            table = self._jobs
+            failed = sorted(
+                (r for r in table.rows.values() if r.status is JobStatus.FAILED),
+                key=lambda r: r.id,
+            )
+            newest: dict[str, int] = {
+                r.dedupe_key: r.id for r in failed if r.type == job_type and r.dedupe_key
+            }
+            revived = 0
+            for row in failed:
+                if row.type != job_type or row.last_error != error:
+                    continue
+                key = row.dedupe_key
+                if key is not None and (
+                    table.pending_with_key(job_type, key) is not None or newest[key] != row.id
+                ):
+                    continue
+                table.set_status(row, JobStatus.PENDING)
+                row.attempts = 0
+                row.last_error = None
+                row.run_at = now
+                row.finished_at = None
+                row.updated_at = now
+                revived += 1
+            if revived:
+                self._publish(Notification(kind="jobs", items=(job_type,)))
+            return revived
+
+    def dashboard_pools(self, resources: Mapping[str, Resource]) -> list[PoolState]:
+        """Pools with a rate budget or in ``resources``: window spend and in-use cost."""
+        with self._lock:
+            now = self._read_clock()
+            live = [r for r in self._jobs.running.values() if r.is_live(now)]
+            budgets = dict(self._budgets)
+        out: list[PoolState] = []
+        for name in sorted(set(budgets) | set(resources)):
+            budget = budgets.get(name)
+            start = None if budget is None else budget.window_start
+            spent = 0 if budget is None else budget.spent
+            pool = resources.get(name)
+            in_use = None
+            if pool is not None:
+                members = set(pool.types)
+                in_use = sum(pool.cost_of(r.type) for r in live if r.type in members)
+            out.append(
+                PoolState(
+                    name=name,
+                    spent=window_spent(spent, start, now, self._rate_window),
+                    window_start=start,
+                    in_use=in_use,
+                    concurrency=None if pool is None else pool.concurrency,
+                    rate_per_minute=None if pool is None else pool.rate_per_minute,
+                    types=() if pool is None else tuple(pool.types),
+                )
+            )
+        return out
+
+
+def _int(value: str) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _passes(row: JobRow, query: JobQuery) -> bool:
+    return (
+        (query.type is None or row.type == query.type)
+        and (query.status is None or row.status is JobStatus(query.status))
+        and (query.scope_type is None or (row.scope is not None
+                                          and row.scope.type == query.scope_type))
+        and (query.scope_id is None or (row.scope is not None and row.scope.id == query.scope_id))
+        and (query.tag is None or query.tag in row.tags)
+    )

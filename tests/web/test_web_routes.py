@@ -1,0 +1,328 @@
+"""The dashboard's routes through httpx's ASGI transport against a real PostgreSQL store:
+every page, the actions and what they change, and the 400/401/403/404/503 answers."""
+
+from __future__ import annotations
+
+import base64
+import socket
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from golemq_pg import JobStatus, PostgresStore, Queue
+from golemq_pg.store.port import FailItem, WorkerBeat
+from golemq_pg.web import create_app
+from tests.support.store_port import add, claim, slots
+from tests.support.web_client import ORIGIN, Dashboard
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+def _dead_letter(store: PostgresStore, job_type: str, error: str) -> str:
+    job_id = add(store, job_type, {"secret": "hunter2"})
+    (job,) = claim(store, slots(job_type, limit=1))
+    assert store.job_fail_many("w1", [FailItem(job.id, job.lease_token, error)]) == {job_id}
+    return job_id
+
+
+def _status(store: PostgresStore, job_id: str) -> JobStatus | None:
+    job = store.job_get(job_id)
+    return None if job is None else job.status
+
+
+# -- pages --------------------------------------------------------------------------------
+
+
+def test_overview_shows_counts_by_type_throughput_workers_and_paused_types(
+    dashboard: Dashboard, pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    web_queue.add("mail.send", {})
+    web_queue.add("mail.send", {}, delay=3600)
+    _dead_letter(pg_store, "report.build", "ValueError: bad column")
+    web_queue.pause("report.build", "deploying")
+    pg_store.worker_heartbeat(WorkerBeat("w-1", "host-a", 42, {"mail.send": 4}, 5.0))
+    page = dashboard.get("/")
+    assert page.status_code == 200
+    html = page.text
+    assert 'data-type="mail.send"' in html
+    assert 'data-type="report.build"' in html
+    assert "deploying" in html
+    assert '<span class="value" id="workers-alive">1</span>' in html
+    assert "<svg" in html
+    assert "1 failed" in html  # the throughput chart's caption counts the dead letter
+    live = dashboard.get("/?fragment=live")
+    assert live.status_code == 200
+    assert "<html" not in live.text
+    assert 'data-type="mail.send"' in live.text
+
+
+def test_jobs_page_filters_by_type_and_pages_with_the_after_cursor(
+    dashboard: Dashboard, web_queue: Queue
+) -> None:
+    mine = [web_queue.add("wanted", {}) for _ in range(55)]
+    web_queue.add("other", {}, tags=["blue"])
+    first = dashboard.get("/jobs", params={"type": "wanted"})
+    assert first.status_code == 200
+    assert f'data-id="{mine[-1]}"' in first.text
+    assert f'data-id="{mine[4]}"' not in first.text  # 50 a page, newest first
+    assert "other" not in first.text.split("<tbody>")[1]
+    second = dashboard.get("/jobs", params={"type": "wanted", "after": mine[5]})
+    assert [i for i in mine if f'data-id="{i}"' in second.text] == mine[:5]
+    assert f"after={mine[5]}" in first.text  # the page links its next page
+    tagged = dashboard.get("/jobs", params={"tag": "blue"})
+    assert tagged.text.count('data-id="') == 1
+    by_id = dashboard.get("/jobs", params={"id": mine[0]})
+    assert by_id.text.count('data-id="') == 1
+
+
+def test_job_page_shows_fields_history_and_only_the_actions_that_apply(
+    dashboard: Dashboard, pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    failed = _dead_letter(pg_store, "report.build", "ValueError: bad column")
+    page = dashboard.get(f"/jobs/{failed}")
+    assert page.status_code == 200
+    assert 'id="job-status">failed<' in page.text
+    assert "ValueError: bad column" in page.text
+    assert 'id="retry"' in page.text
+    assert 'id="cancel"' not in page.text
+    later = web_queue.add("mail.send", {}, delay=3600)
+    parked = dashboard.get(f"/jobs/{later}").text
+    assert 'id="run-now"' in parked
+    assert 'id="cancel"' in parked
+    assert 'id="retry"' not in parked
+
+
+def test_payload_is_hidden_unless_show_payloads(
+    make_dashboard: Callable[..., Dashboard], pg_store: PostgresStore
+) -> None:
+    job_id = _dead_letter(pg_store, "t", "E: x")
+    assert "hunter2" not in make_dashboard().get(f"/jobs/{job_id}").text
+    assert "hunter2" not in make_dashboard().get("/jobs").text
+    assert "hunter2" not in make_dashboard().get("/failed").text
+    shown = make_dashboard(show_payloads=True).get(f"/jobs/{job_id}").text
+    assert "hunter2" in shown
+
+
+def test_dead_letters_page_groups_by_type_and_error(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    for _ in range(3):
+        _dead_letter(pg_store, "a", "Boom: one")
+    newest = _dead_letter(pg_store, "a", "Boom: two")
+    html = dashboard.get("/failed").text
+    rows = html.split("<tbody>")[1].split("</tbody>")[0].split("<tr>")[1:]
+    assert len(rows) == 2
+    assert "Boom: one" in rows[0]
+    assert "<td>3</td>" in rows[0]
+    assert f"/jobs/{newest}" in rows[1]
+
+
+def test_schedules_and_workers_pages_list_what_the_database_holds(
+    dashboard: Dashboard, pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    web_queue.schedule("nightly", "report.build", {}, cron="0 3 * * *")
+    pg_store.worker_heartbeat(WorkerBeat("w-7", "host-b", 7, {"mail.send": 2}, 5.0))
+    schedules = dashboard.get("/schedules")
+    assert schedules.status_code == 200
+    assert "nightly" in schedules.text
+    assert "cron 0 3 * * *" in schedules.text
+    workers = dashboard.get("/workers")
+    assert workers.status_code == 200
+    assert "w-7" in workers.text
+    assert "mail.send\u00d72" in workers.text
+
+
+def test_healthz_answers_ok_when_the_database_does(dashboard: Dashboard) -> None:
+    answer = dashboard.get("/healthz")
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "ok"
+
+
+def test_healthz_answers_503_when_the_database_does_not() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = PostgresStore.connect(
+        f"postgresql://postgres@127.0.0.1:{port}/test?connect_timeout=1", min_size=1,
+        max_size=1,
+    )
+    try:
+        answer = Dashboard(create_app(store)).get("/healthz")
+    finally:
+        store.pool.close(timeout=0)
+    assert answer.status_code == 503
+    assert answer.json()["status"] == "unavailable"
+
+
+def test_unknown_routes_and_jobs_answer_404(dashboard: Dashboard) -> None:
+    assert dashboard.get("/jobs/987654321").status_code == 404
+    assert dashboard.get("/jobs/not-a-number").status_code == 404
+    assert dashboard.get("/no/such/page").status_code == 404
+
+
+def test_bad_filters_answer_400_and_say_which(dashboard: Dashboard) -> None:
+    answer = dashboard.get("/jobs", params={"status": "sleeping"})
+    assert answer.status_code == 400
+    assert "unknown job status" in answer.text
+    assert dashboard.get("/jobs", params={"after": "x1"}).status_code == 400
+
+
+# -- escaping -----------------------------------------------------------------------------
+
+
+def test_hostile_type_names_errors_and_filters_are_escaped(
+    dashboard: Dashboard, pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    job_id = _dead_letter(pg_store, HOSTILE, f"ValueError: {HOSTILE}")
+    web_queue.pause(HOSTILE, HOSTILE)
+    pages = [
+        dashboard.get("/"),
+        dashboard.get("/jobs"),
+        dashboard.get(f"/jobs/{job_id}"),
+        dashboard.get("/failed"),
+        dashboard.get("/workers"),
+        dashboard.get("/jobs", params={"type": HOSTILE}),
+        dashboard.get("/jobs", params={"tag": HOSTILE}),  # an invalid tag: the 400 page
+        dashboard.post("/failed/retry", {"type": HOSTILE, "error": HOSTILE}),  # confirm page
+    ]
+    for answer in pages:
+        assert "<script>alert" not in answer.text, answer.url
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[3].text
+    assert pages[6].status_code == 400
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+def test_retry_moves_a_dead_letter_back_and_redirects_to_the_page(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    job_id = _dead_letter(pg_store, "t", "E: x")
+    answer = dashboard.post(f"/jobs/{job_id}/retry")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/jobs/{job_id}?notice=retried"
+    assert _status(pg_store, job_id) is JobStatus.PENDING
+    again = dashboard.post(f"/jobs/{job_id}/retry")
+    assert again.headers["location"].endswith("notice=unchanged")
+    page = dashboard.get(again.headers["location"])
+    assert "Nothing changed" in page.text
+
+
+def test_run_now_and_cancel_act_on_one_job(
+    dashboard: Dashboard, pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    later = web_queue.add("t", {}, delay=3600)
+    answer = dashboard.post(f"/jobs/{later}/run-now", headers={"referer": f"{ORIGIN}/jobs?type=t"})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/jobs?type=t&notice=run-now"
+    job = pg_store.job_get(later)
+    assert job is not None
+    assert job.run_at <= pg_store.now()
+    # A Referer path that a browser would read as another host is never a redirect target.
+    again = dashboard.post(f"/jobs/{later}/run-now", headers={"referer": f"{ORIGIN}//evil.test/x"})
+    assert again.headers["location"] == f"/jobs/{later}?notice=unchanged"
+    answer = dashboard.post(f"/jobs/{later}/cancel")
+    assert answer.status_code == 303
+    assert pg_store.job_get(later) is None
+
+
+def test_pause_and_resume_a_type(dashboard: Dashboard, pg_store: PostgresStore) -> None:
+    answer = dashboard.post("/types/mail.send/pause", {"reason": "incident 42"})
+    assert answer.status_code == 303
+    assert pg_store.type_paused()["mail.send"].reason == "incident 42"
+    assert dashboard.post("/types/mail.send/resume").status_code == 303
+    assert pg_store.type_paused() == {}
+    too_long = dashboard.post("/types/mail.send/pause", {"reason": "x" * 1001})
+    assert too_long.status_code == 400
+    assert pg_store.type_paused() == {}
+
+
+def test_retry_all_matching_asks_for_confirmation_first(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    group = [_dead_letter(pg_store, "a", "Boom: one") for _ in range(3)]
+    other = _dead_letter(pg_store, "a", "Boom: two")
+    ask = dashboard.post("/failed/retry", {"type": "a", "error": "Boom: one"})
+    assert ask.status_code == 200
+    assert '<strong id="confirm-count">3</strong>' in ask.text
+    assert all(_status(pg_store, i) is JobStatus.FAILED for i in group)  # nothing yet
+    done = dashboard.post("/failed/retry", {"type": "a", "error": "Boom: one", "confirm": "yes"})
+    assert done.status_code == 303
+    assert done.headers["location"] == "/failed?notice=retried-all"
+    assert all(_status(pg_store, i) is JobStatus.PENDING for i in group)
+    assert _status(pg_store, other) is JobStatus.FAILED
+    assert dashboard.post("/failed/retry", {"error": "x"}).status_code == 400
+
+
+def test_posts_from_another_origin_or_without_one_are_refused(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    job_id = _dead_letter(pg_store, "t", "E: x")
+    assert dashboard.post(f"/jobs/{job_id}/retry", origin="http://evil.test").status_code == 403
+    assert dashboard.post(f"/jobs/{job_id}/retry", origin="null").status_code == 403
+    assert dashboard.post(f"/jobs/{job_id}/retry", origin=None).status_code == 403
+    foreign = {"referer": "http://evil.test/jobs"}
+    assert dashboard.post(f"/jobs/{job_id}/retry", origin=None, headers=foreign).status_code == 403
+    assert dashboard.post("/types/t/pause", origin="https://dash.test").status_code == 403
+    assert _status(pg_store, job_id) is JobStatus.FAILED
+    assert pg_store.type_paused() == {}
+    own = {"referer": f"{ORIGIN}/jobs/{job_id}"}
+    assert dashboard.post(f"/jobs/{job_id}/retry", origin=None, headers=own).status_code == 303
+    assert dashboard.get(f"/jobs/{job_id}/retry").status_code == 405  # POST only
+
+
+def test_read_only_refuses_every_action_with_403(
+    make_dashboard: Callable[..., Dashboard], pg_store: PostgresStore
+) -> None:
+    dashboard = make_dashboard(read_only=True)
+    job_id = _dead_letter(pg_store, "t", "E: x")
+    for path in (f"/jobs/{job_id}/retry", f"/jobs/{job_id}/run-now", f"/jobs/{job_id}/cancel",
+                 "/failed/retry", "/types/t/pause", "/types/t/resume"):
+        assert dashboard.post(path, {"type": "t", "confirm": "yes"}).status_code == 403, path
+    assert _status(pg_store, job_id) is JobStatus.FAILED
+    assert pg_store.type_paused() == {}
+    page = dashboard.get(f"/jobs/{job_id}").text
+    assert 'id="retry"' not in page
+    assert "read-only" in page
+
+
+def test_basic_auth_guards_every_route_but_healthz(
+    make_dashboard: Callable[..., Dashboard]
+) -> None:
+    dashboard = make_dashboard(basic_auth=("ops", "s3cret"))
+    good = "Basic " + base64.b64encode(b"ops:s3cret").decode()
+    bad = "Basic " + base64.b64encode(b"ops:wrong").decode()
+    for path in ("/", "/jobs", "/failed", "/workers", "/schedules", "/static/app.css"):
+        refused = dashboard.get(path)
+        assert refused.status_code == 401, path
+        assert refused.headers["www-authenticate"].startswith("Basic")
+        assert dashboard.get(path, headers={"authorization": bad}).status_code == 401
+        assert dashboard.get(path, headers={"authorization": good}).status_code == 200
+    assert dashboard.post("/types/t/pause").status_code == 401
+    assert dashboard.get("/healthz").status_code == 200
+
+
+def test_pages_carry_a_strict_content_security_policy(dashboard: Dashboard) -> None:
+    headers = dashboard.get("/").headers
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert headers["x-frame-options"] == "DENY"
+    assert dashboard.get("/static/app.js").status_code == 200
+
+
+def test_mounted_under_a_prefix_links_and_redirects_stay_under_it(
+    pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    parent = Dashboard(Starlette(routes=[Mount("/queue", create_app(pg_store))]))
+    job_id = web_queue.add("t", {}, delay=3600)
+    home = parent.get("/queue/")
+    assert home.status_code == 200
+    assert 'href="/queue/jobs"' in home.text
+    assert 'href="/queue/static/app.css"' in home.text
+    assert parent.get("/queue/static/app.css").status_code == 200
+    assert f'href="/queue/jobs/{job_id}"' in parent.get("/queue/jobs").text
+    assert parent.get("/queue/healthz").status_code == 200
+    answer = parent.post(f"/queue/jobs/{job_id}/run-now")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/queue/jobs/{job_id}?notice=run-now"
+    assert parent.get("/jobs").status_code == 404  # nothing outside the mount
