@@ -1,0 +1,112 @@
+"""The worker's event loop thread, where ``async def`` handlers run as tasks.
+
+A worker starts it only when an async handler is registered, and only one, however many
+async types it serves (each type's :class:`~golemq_pg.worker.taskpool.TaskPool` creates its
+tasks on it). Nothing of the worker's own runs on the loop except the steps of an attempt
+(:class:`~golemq_pg.worker.execution.Executor`'s ``begin`` / ``ended`` / ``settle``: a
+brief lock, a deque append, no I/O). What would block, the store writes behind
+``job.progress()``, goes to one helper thread of this service (:meth:`EventLoop.offload`),
+created on first use.
+
+It is a :class:`~golemq_pg.worker.service.Service` whose one long step is
+``loop.run_forever()``; ``stop`` stops the loop, cancels the tasks still on it (handlers
+already written off: every attempt's outcome was decided before shutdown gets here), gives
+them a moment, and closes the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import structlog
+
+from golemq_pg.worker.service import Service
+
+log = structlog.get_logger("golemq_pg.worker.eventloop")
+
+#: How long the tasks still on the loop at stop (written-off handlers) get to end once
+#: cancelled again, before the loop is left to the garbage collector.
+CLOSE_WAIT = 0.5
+
+
+class EventLoop(Service):
+    """One thread running one asyncio event loop for the worker's async handlers."""
+
+    def __init__(self, owner: str) -> None:
+        super().__init__("golemq-event-loop", owner)
+        self.loop = asyncio.new_event_loop()
+        self._helper: ThreadPoolExecutor | None = None
+        self._helper_lock = threading.Lock()
+
+    # -- what other threads call ----------------------------------------------------------
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> bool:
+        """Run ``callback(*args)`` on the loop soon (from any thread); False once closed."""
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: the worker has stopped
+            return False
+        return True
+
+    def offload(self, fn: Callable[..., object], *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` on the helper thread, in call order (the loop must not block).
+
+        One thread, so two calls for one job never overtake each other: the last progress
+        value handed over is the last one written.
+        """
+        helper = self._helper
+        if helper is None:
+            with self._helper_lock:
+                helper = self._helper
+                if helper is None:
+                    helper = self._helper = ThreadPoolExecutor(
+                        max_workers=1, thread_name_prefix="golemq-async-helper"
+                    )
+        return helper.submit(fn, *args)
+
+    # -- the loop (hooks of Service) ----------------------------------------------------------
+    def step(self) -> None:
+        """Run the loop until :meth:`kick` stops it; on the way out, close it."""
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+        if self.stop_event.is_set():
+            self._close()
+
+    def pause(self, wait: float | None) -> None:
+        """Nothing to wait for between two runs of the loop."""
+        del wait
+
+    def kick(self) -> None:
+        """Stop ``run_forever`` (``Service.stop`` calls this after setting the stop event)."""
+        self.call_soon(self.loop.stop)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop and close the loop, then let the helper thread finish what it was given."""
+        super().stop(timeout)
+        helper = self._helper
+        if helper is not None:
+            helper.shutdown(wait=False)
+
+    def _close(self) -> None:
+        loop = self.loop
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=CLOSE_WAIT))
+            left = [task for task in tasks if not task.done()]
+            if left:
+                # Handlers that ignore cancellation; their attempts were written off long
+                # ago. Closing the loop under them would raise in their next await.
+                log.warning("async_handlers_left_running", worker_id=self.owner,
+                            count=len(left))
+                return
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+__all__ = ["CLOSE_WAIT", "EventLoop"]
