@@ -31,6 +31,10 @@ log = structlog.get_logger("golemq_pg.worker.eventloop")
 #: How long the tasks still on the loop at stop (written-off handlers) get to end once
 #: cancelled again, before the loop is left to the garbage collector.
 CLOSE_WAIT = 0.5
+#: How long ``stop`` waits for the loop thread. Past it, a handler is blocking the loop
+#: (a sync call in an ``async def``): its attempts were written off already, so the stop
+#: goes on, as it does for a stuck handler thread.
+STOP_JOIN = CLOSE_WAIT + 1.5
 
 
 class EventLoop(Service):
@@ -55,7 +59,7 @@ class EventLoop(Service):
         """Run ``fn(*args)`` on the helper thread, in call order (the loop must not block).
 
         One thread, so two calls for one job never overtake each other: the last progress
-        value handed over is the last one written.
+        value handed over is the last one written. Raises ``RuntimeError`` once stopped.
         """
         helper = self._helper
         if helper is None:
@@ -86,7 +90,7 @@ class EventLoop(Service):
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop and close the loop, then let the helper thread finish what it was given."""
-        super().stop(timeout)
+        super().stop(STOP_JOIN if timeout is None else min(timeout, STOP_JOIN))
         helper = self._helper
         if helper is not None:
             helper.shutdown(wait=False)
@@ -109,4 +113,4 @@ class EventLoop(Service):
         loop.close()
 
 
-__all__ = ["CLOSE_WAIT", "EventLoop"]
+__all__ = ["CLOSE_WAIT", "STOP_JOIN", "EventLoop"]

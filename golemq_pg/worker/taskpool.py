@@ -66,8 +66,11 @@ class LoopProgress:
 
     def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
         """Hand ``value`` over (called on the loop by ``job.progress``)."""
+        try:
+            self.event_loop.offload(self.reporter.report, event, value)
+        except RuntimeError:  # the worker has stopped: a written-off task reporting late
+            return
         self.reported.add(event)
-        self.event_loop.offload(self.reporter.report, event, value)
 
     async def flush(self, argument: JobEvent[Any] | BatchEvent[Any]) -> None:
         """Write the attempt's last progress values (helper thread), and wait for it."""
@@ -76,7 +79,10 @@ class LoopProgress:
         if not mine:
             return
         self.reported.difference_update(mine)
-        future = asyncio.wrap_future(self.event_loop.offload(self._finish, mine))
+        try:
+            future = asyncio.wrap_future(self.event_loop.offload(self._finish, mine))
+        except RuntimeError:  # stopped (the helper is gone): nothing more is written
+            return
         while not future.done():
             try:
                 await asyncio.shield(future)
