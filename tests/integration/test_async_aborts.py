@@ -66,8 +66,9 @@ def test_a_cancel_from_another_process_cancels_the_running_task(
 def test_a_timeout_cancels_the_task_and_the_attempt_is_retried(store: Any) -> None:
     queue = Queue(store)
     rec = Recorder()
-    worker = fast_worker(store, observers=[rec])
-    reasons: list[str | None] = []
+    # A long abandon_grace: only the cancellation, not a write-off, can end attempt 1 soon.
+    worker = fast_worker(store, observers=[rec], abandon_grace=30)
+    reasons: list[tuple[str | None, float]] = []
 
     @worker.handler("slow", timeout=0.3)
     async def slow(job: JobEvent[Any]) -> dict[str, int]:
@@ -75,7 +76,7 @@ def test_a_timeout_cancels_the_task_and_the_attempt_is_retried(store: Any) -> No
             try:
                 await asyncio.sleep(30)
             except asyncio.CancelledError:
-                reasons.append(job.signal.reason)
+                reasons.append((job.signal.reason, time.monotonic()))
                 raise
         return {"attempt": job.attempt}
 
@@ -83,7 +84,8 @@ def test_a_timeout_cancels_the_task_and_the_attempt_is_retried(store: Any) -> No
     started = time.monotonic()
     worker.run_until_empty(timeout=20)
     assert time.monotonic() - started < 10
-    assert reasons == ["timeout"]
+    assert [reason for reason, _ in reasons] == ["timeout"]
+    assert reasons[0][1] - started < 3
     summary = queue.get(job_id)
     assert summary is not None
     assert summary.status is JobStatus.SUCCEEDED
