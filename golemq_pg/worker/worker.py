@@ -250,7 +250,10 @@ class Worker:
         """Register the decorated function as the handler of ``job_type``.
 
         Options are validated now (``QueueConfigError``); registering a type twice, or
-        after the worker started, is an error. The function is returned unchanged.
+        after the worker started, is an error. The function is returned unchanged. An
+        ``async def`` handler runs as a task on the worker's event loop thread, with the
+        same semantics (README.md, "Async handlers"); ``transactional=True`` needs a plain
+        function (``QueueConfigError`` otherwise).
         """
         options = {
             "concurrency": concurrency, "timeout": timeout,
