@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+import structlog
 
 from golemq_pg import (
     BatchEvent,
@@ -153,12 +154,21 @@ def test_one_event_loop_thread_starts_only_with_an_async_handler(
 def test_the_loop_lags_under_50_ms_while_10000_noop_async_jobs_drain(
     pg_store: PostgresStore,
 ) -> None:
+    """A ticker task on the worker's loop sleeps 10 ms at a time while 10,000 no-op async
+    jobs drain; how late it wakes is the loop's lag.
+
+    A plain thread of the same process ticks alongside: on a machine shared with other
+    work, both are sometimes descheduled for tens of milliseconds, which no code of the
+    worker causes. The loop's lag must stay under 50 ms beyond what that thread sees (on
+    a quiet machine the thread sees a few milliseconds, so the bound is about 50 ms).
+    """
     queue = Queue(pg_store)
     worker = fast_worker(pg_store)
     done = [0]
     drained = threading.Event()
     ticking = threading.Event()
     lags: list[float] = []
+    control: list[float] = []
 
     @worker.handler("noop", concurrency=100)
     async def noop(job: JobEvent[Any]) -> None:
@@ -175,6 +185,12 @@ def test_the_loop_lags_under_50_ms_while_10000_noop_async_jobs_drain(
             await asyncio.sleep(0.01)
             lags.append(loop.time() - before - 0.01)
 
+    def plain_ticker() -> None:
+        while not drained.is_set():
+            before = time.monotonic()
+            time.sleep(0.01)
+            control.append(time.monotonic() - before - 0.01)
+
     add_job(queue, "ticker", {})
     payloads = [{"i": i} for i in range(10_000)]
     # A full garbage collection stops every thread, the loop's too, for as long as the heap
@@ -184,15 +200,22 @@ def test_the_loop_lags_under_50_ms_while_10000_noop_async_jobs_drain(
     gc.collect()
     gc.freeze()
     worker.start()
+    plain = threading.Thread(target=plain_ticker, daemon=True)
     try:
         assert ticking.wait(10)
+        plain.start()
         assert queue.add_many("noop", payloads) == 10_000
         assert drained.wait(60)
     finally:
+        drained.set()
         worker.stop()
         gc.unfreeze()
+    plain.join(5)
     assert len(lags) > 10
-    assert max(lags) < 0.05, f"the loop lagged {max(lags) * 1000:.0f} ms"
+    assert control
+    assert max(lags) < 0.05 + max(control), (
+        f"the loop lagged {max(lags) * 1000:.0f} ms (a plain thread: "
+        f"{max(control) * 1000:.0f} ms)")
 
 
 def test_grouped_async_handlers_get_their_batch_and_share_its_outcome(
@@ -291,6 +314,43 @@ def test_past_shutdown_grace_an_async_task_is_cancelled_and_its_job_released(
     assert summary is not None
     assert summary.status is JobStatus.PENDING
     assert summary.attempts == 0  # refunded: the shutdown is not the job's fault
+
+
+def test_at_shutdown_a_task_ignoring_its_cancellation_is_written_off_and_released(
+    pg_store: PostgresStore,
+) -> None:
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05, shutdown_grace=0.2, abandon_grace=0.3)
+    started = threading.Event()
+    release = threading.Event()
+    shrugged = [0]
+
+    @worker.handler("stubborn")
+    async def stubborn(job: JobEvent[Any]) -> None:
+        started.set()
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except asyncio.CancelledError:
+                shrugged[0] += 1  # ignores it on purpose
+
+    job_id = add_job(queue, "stubborn", {})
+    worker.start()
+    try:
+        assert started.wait(10)
+        t0 = time.monotonic()
+        with structlog.testing.capture_logs() as logs:
+            worker.stop()
+        assert time.monotonic() - t0 < 5
+    finally:
+        release.set()
+    assert shrugged[0] >= 1
+    events = [e["event"] for e in logs]
+    assert "handler_abandoned" in events
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.PENDING
+    assert summary.attempts == 0
 
 
 class _ThreadRecordingStore(PostgresStore):
