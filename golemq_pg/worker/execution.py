@@ -127,7 +127,11 @@ class Executor:
                 error = HandlerReturnedFalse("handler returned False")
             elif not pool.spec.grouped:  # a BatchEvent's return value is not kept
                 # Encoded here, on the handler's thread (or loop), not on the completer's.
-                found = encoded_result(result)
+                found: bytes | BaseException
+                try:
+                    found = encoded_result(result)
+                except BaseException as exc:  # noqa: BLE001 - e.g. a Mapping whose items() raises
+                    found = exc
                 if isinstance(found, bytes):
                     unit.result = found
                 else:
