@@ -6,7 +6,8 @@ tasks on it). Nothing of the worker's own runs on the loop except the steps of a
 (:class:`~golemq_pg.worker.execution.Executor`'s ``begin`` / ``ended`` / ``settle``: a
 brief lock, a deque append, no I/O). What would block, the store writes behind
 ``job.progress()``, goes to one helper thread of this service (:meth:`EventLoop.offload`),
-created on first use.
+created on first use. A handler that blocks the loop itself is reported
+(``event_loop_blocked``, see :meth:`EventLoop.watch`).
 
 It is a :class:`~golemq_pg.worker.service.Service` whose one long step is
 ``loop.run_forever()``; ``stop`` stops the loop, cancels the tasks still on it (handlers
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -31,6 +33,17 @@ log = structlog.get_logger("golemq_pg.worker.eventloop")
 #: How long the tasks still on the loop at stop (written-off handlers) get to end once
 #: cancelled again, before the loop is left to the garbage collector.
 CLOSE_WAIT = 0.5
+#: A loop that has run nothing for this long (seconds) is reported as blocked: a handler
+#: made a blocking call on it (``event_loop_blocked``, at most every :data:`REPORT_EVERY`).
+BLOCKED_AFTER = 1.0
+REPORT_EVERY = 10.0
+#: How often the loop records that it is alive, and the watch looks.
+_BEAT = 0.25
+_LOOK = 0.5
+
+#: Runs a callback at a monotonic time on a timer thread (the supervisor's ``call_at``).
+Schedule = Callable[[float, Callable[[], None]], None]
+
 #: How long ``stop`` waits for the loop thread. Past it, a handler is blocking the loop
 #: (a sync call in an ``async def``): its attempts were written off already, so the stop
 #: goes on, as it does for a stuck handler thread.
@@ -45,6 +58,10 @@ class EventLoop(Service):
         self.loop = asyncio.new_event_loop()
         self._helper: ThreadPoolExecutor | None = None
         self._helper_lock = threading.Lock()
+        #: Monotonic time the loop last ran its beat (see :meth:`watch`).
+        self.beat_at = time.monotonic()
+        self._reported_at = -REPORT_EVERY
+        self._schedule: Schedule | None = None
 
     # -- what other threads call ----------------------------------------------------------
     def call_soon(self, callback: Callable[..., object], *args: Any) -> bool:
@@ -70,6 +87,29 @@ class EventLoop(Service):
                         max_workers=1, thread_name_prefix="golemq-async-helper"
                     )
         return helper.submit(fn, *args)
+
+    def watch(self, schedule: Schedule) -> None:
+        """Warn when the loop is blocked: a beat runs on the loop, and a timer on
+        ``schedule`` (another thread) checks that it keeps running. Call before ``start``."""
+        self._schedule = schedule
+        self.call_soon(self._beat)
+        schedule(time.monotonic() + _LOOK, self._look)
+
+    def _beat(self) -> None:
+        self.beat_at = time.monotonic()
+        if not self.stop_event.is_set():
+            self.loop.call_later(_BEAT, self._beat)
+
+    def _look(self) -> None:
+        now = time.monotonic()
+        late = now - self.beat_at
+        if late > BLOCKED_AFTER and now - self._reported_at >= REPORT_EVERY:
+            self._reported_at = now
+            log.warning("event_loop_blocked", worker_id=self.owner, seconds=round(late, 1),
+                        hint="an async handler made a blocking call; use asyncio.to_thread")
+        schedule = self._schedule
+        if schedule is not None and not self.stop_event.is_set():
+            schedule(now + _LOOK, self._look)
 
     # -- the loop (hooks of Service) ----------------------------------------------------------
     def step(self) -> None:
@@ -113,4 +153,4 @@ class EventLoop(Service):
         loop.close()
 
 
-__all__ = ["CLOSE_WAIT", "STOP_JOIN", "EventLoop"]
+__all__ = ["BLOCKED_AFTER", "CLOSE_WAIT", "REPORT_EVERY", "STOP_JOIN", "EventLoop", "Schedule"]

@@ -388,6 +388,7 @@ class Worker:
         completer.start()
         supervisor.start()
         if event_loop is not None:
+            event_loop.watch(supervisor.call_at)
             event_loop.start()
         for pool in pools.values():
             pool.start()

@@ -218,6 +218,25 @@ def test_the_loop_lags_under_50_ms_while_10000_noop_async_jobs_drain(
         f"{max(control) * 1000:.0f} ms)")
 
 
+def test_an_async_handler_blocking_the_loop_is_reported(pg_store: PostgresStore) -> None:
+    queue = Queue(pg_store)
+    worker = fast_worker(pg_store)
+
+    @worker.handler("blocker")
+    async def blocker(job: JobEvent[Any]) -> None:
+        time.sleep(1.6)  # a blocking call on the loop: the mistake the warning is for
+
+    job_id = add_job(queue, "blocker", {})
+    with structlog.testing.capture_logs() as logs:
+        worker.run_until_empty(timeout=20)
+    blocked = [e for e in logs if e["event"] == "event_loop_blocked"]
+    assert len(blocked) == 1
+    assert blocked[0]["seconds"] >= 1.0
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert summary.status is JobStatus.SUCCEEDED
+
+
 def test_grouped_async_handlers_get_their_batch_and_share_its_outcome(
     pg_store: PostgresStore,
 ) -> None:
