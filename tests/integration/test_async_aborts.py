@@ -1,5 +1,5 @@
-"""Taking work away from ``async def`` handlers: a cancel made in another process, a timeout
-and a lost lease all cancel the task (``CancelledError`` at its next ``await``, with the
+"""Taking work away from ``async def`` handlers: a cancel made in another process or in the
+worker's own, a timeout and a lost lease all cancel the task (``CancelledError`` at its next ``await``, with the
 signal's reason set); a task that ignores its cancellation is written off after
 ``abandon_grace``, its slot reused and its late result dropped.
 
@@ -61,6 +61,32 @@ def test_a_cancel_from_another_process_cancels_the_running_task(
         worker.stop()
     assert queue.get(job_id) is None
     assert "succeeded" not in rec.outcomes(job_id)
+
+
+def test_a_cancel_in_the_workers_process_cancels_the_task(store: Any) -> None:
+    queue = Queue(store)
+    worker = fast_worker(store)
+    started = threading.Event()
+    seen: queue_mod.Queue[str | None] = queue_mod.Queue()
+
+    @worker.handler("victim")
+    async def victim(job: JobEvent[Any]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.put(job.signal.reason)
+            raise
+
+    job_id = add_job(queue, "victim", {})
+    worker.start()
+    try:
+        assert started.wait(10)
+        assert queue.cancel(job_id)
+        assert seen.get(timeout=5) == "cancelled"
+    finally:
+        worker.stop()
+    assert queue.get(job_id) is None
 
 
 def test_a_timeout_cancels_the_task_and_the_attempt_is_retried(store: Any) -> None:
