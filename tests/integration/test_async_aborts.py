@@ -1,7 +1,7 @@
 """Taking work away from ``async def`` handlers: a cancel made in another process or in the
-worker's own, a timeout and a lost lease all cancel the task (``CancelledError`` at its next ``await``, with the
-signal's reason set); a task that ignores its cancellation is written off after
-``abandon_grace``, its slot reused and its late result dropped.
+worker's own, a timeout and a lost lease all cancel the task (``CancelledError`` at its next
+``await``, with the signal's reason set); a task that ignores its cancellation is written
+off after ``abandon_grace``, its slot reused and its late result dropped.
 
 Shutdown cancelling async tasks is in test_async_handlers.py; the same aborts for sync
 handlers are in test_cancel_remote.py, test_aborts.py and test_worker_leases.py.
