@@ -142,6 +142,11 @@ def targets(outcomes: list[Outcome]) -> list[Target]:
             if same:
                 check(f"drain >= 0.8x the raw-SQL ceiling at B={batch} ({label})",
                       same_batch_ratio(outcomes, same, batch), lambda v: v >= 0.8, "x")
+        aio, sync = (_find(outcomes, "drain", "golemq-pg", key)
+                     for key in (f"c{CONCURRENCY}-async", f"c{CONCURRENCY}"))
+        if aio and sync:
+            check("async-handler drain >= 0.7x the sync drain (same runs)",
+                  paired_ratio(aio, sync), lambda v: v >= 0.7, "x")
     notify = _find(outcomes, "latency", "golemq-pg", "notify")
     if notify:
         check("latency p50 <= 3 ms (LISTEN/NOTIFY)", notify.median()["p50_ms"],

@@ -109,7 +109,11 @@ class GolemqSystem(System):
             return [default,
                     Variant(self.name, f"c{CONCURRENCY}b100",
                             f"golemq-pg concurrency {CONCURRENCY}, batch_size 100",
-                            {**base, "batch_size": 100}, full_only=True)]
+                            {**base, "batch_size": 100}, full_only=True),
+                    # The same no-op as an async def handler (tasks on the event loop).
+                    Variant(self.name, f"c{CONCURRENCY}-async",
+                            f"golemq-pg concurrency {CONCURRENCY}, async def handler",
+                            {**base, "async": True})]
         if scenario == "guarded":
             bunched = {**base, "scopes": SCOPES}
             spread = {**bunched, "interleaved": True}
@@ -164,8 +168,12 @@ class GolemqSystem(System):
         def noop(job: Any) -> None:
             on_job(job)
 
+        async def noop_async(job: Any) -> None:
+            on_job(job)
+
         worker.handler(JOB_TYPE, concurrency=opts["concurrency"],
-                       serialize_by_scope=bool(opts.get("serialize_by_scope")))(noop)
+                       serialize_by_scope=bool(opts.get("serialize_by_scope")),
+                       )(noop_async if opts.get("async") else noop)
         return worker
 
     # -- System -----------------------------------------------------------------------------

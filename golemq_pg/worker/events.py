@@ -34,7 +34,9 @@ class CancelSignal:
     """Tells a running handler to stop: on timeout, cancellation, lease loss or shutdown.
 
     Handlers poll :attr:`cancelled`, block on :meth:`wait` instead of ``time.sleep``, or call
-    :meth:`raise_if_cancelled` at safe points. :attr:`reason` is one of ``"timeout"``,
+    :meth:`raise_if_cancelled` at safe points. An ``async def`` handler needs none of them
+    (its task is cancelled when the signal fires) and must not call :meth:`wait`, which
+    blocks the event loop. :attr:`reason` is one of ``"timeout"``,
     ``"cancelled"``, ``"lease-lost"`` or ``"shutdown"`` once fired, ``None`` before.
     """
 
@@ -156,8 +158,10 @@ class JobEvent(Generic[P]):
         """Record progress (a number, or a JSON-safe dict) visible in ``JobSummary.progress``.
 
         Writes are coalesced: at most one every few hundred milliseconds per job, and the
-        latest value is always written before the job's outcome. Raises ``ValueError`` for a
-        non-finite number or a dict that is not JSON-safe (the message never shows it).
+        latest value is always written before the job's outcome. From an ``async def``
+        handler the call never blocks the event loop: the write is made on a helper thread.
+        Raises ``ValueError`` for a non-finite number or a dict that is not JSON-safe (the
+        message never shows it).
         """
         if isinstance(value, bool) or not isinstance(value, int | float | dict):
             raise ValueError("progress must be a number or a JSON-safe dict")

@@ -6,6 +6,11 @@ supervisor, builds the handler's event(s), calls the handler, writes the last pr
 value, and settles the unit, handing the result to :class:`~golemq_pg.worker.outcomes.
 Outcomes` unless someone else (an abort, the supervisor abandoning the handler) settled it
 first, in which case the result is dropped.
+
+An attempt is three steps around the handler call: :meth:`Executor.begin`,
+:meth:`Executor.ended` and :meth:`Executor.settle`. ``execute`` runs them on a handler
+thread; the event loop's task pool (:mod:`golemq_pg.worker.taskpool`) runs the same three
+around an ``await``, so both kinds of handler share one outcome path.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from golemq_pg.worker.backoff import HandlerReturnedFalse, encoded_result
-from golemq_pg.worker.events import BatchEvent, JobEvent
+from golemq_pg.worker.events import BatchEvent, JobEvent, ProgressSink
 from golemq_pg.worker.units import ABANDONED, FINISHED, RUNNING, Slot, Unit, UnitPool
 
 if TYPE_CHECKING:
@@ -52,6 +57,33 @@ class Executor:
 
     def execute(self, pool: SlotPool, slot: Slot, unit: Unit) -> None:
         """Run ``unit``'s handler on this thread and hand its outcome to the completer."""
+        argument = self.begin(pool, slot, unit, self.reporter)
+        if argument is None:
+            return
+        spec = pool.spec
+        error: BaseException | None
+        try:
+            result = spec.fn(argument)
+        except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
+            result, error = None, exc
+        else:
+            error = None
+        error = self.ended(pool, unit, result, error)
+        reporter = self.reporter
+        if spec.grouped:
+            for event in argument.jobs:
+                if event._progress_lock is not None:
+                    reporter.finish(event)
+        elif argument._progress_lock is not None:
+            reporter.finish(argument)
+        self.settle(pool, unit, error)
+
+    # -- the steps of an attempt, shared by handler threads and the event loop -------------
+    def begin(self, pool: SlotPool, slot: Slot, unit: Unit, reporter: ProgressSink) -> Any:
+        """Start an attempt of ``unit`` on ``slot``: mark it running, arm its timeout, tell
+        observers, and return the handler's argument (a JobEvent or a BatchEvent whose
+        ``progress`` goes to ``reporter``); None when an abort settled the unit while it
+        was buffered (nothing to run, nothing to write)."""
         lock = self.lock
         with lock:
             if unit.settled:  # aborted while buffered: nothing to run, nothing to write
@@ -63,7 +95,7 @@ class Executor:
                 skipped = False
         if skipped:
             pool.active.pop(unit.key, None)
-            return
+            return None
         spec = pool.spec
         unit.started_at = started = monotonic()
         timeout = spec.timeout
@@ -72,44 +104,46 @@ class Executor:
             supervisor = self.supervisor
             if deadline < supervisor.planned:
                 supervisor.kick()
-        reporter = self.reporter
         events = [_job_event(reporter, job, unit) for job in unit.jobs]
         hub = self.hub
         if hub:
             for job in unit.jobs:
                 hub.emit(job.id, job.type, job.scope, "started", job.attempt)
-        argument: Any
         if spec.grouped:
-            argument = BatchEvent(
+            return BatchEvent(
                 type=pool.type, scope=unit.jobs[0].scope, jobs=events, attempt=unit.attempt,
                 signal=unit.signal,
             )
-        else:
-            argument = events[0]
-        error: BaseException | None
-        try:
-            result = spec.fn(argument)
-            if result is None or result is True:
-                error = None
-            elif result is False:
+        return events[0]
+
+    def ended(
+        self, pool: SlotPool, unit: Unit, result: object, error: BaseException | None
+    ) -> BaseException | None:
+        """The handler returned ``result`` or raised ``error``: stamp the end, fold the
+        duration, and return the attempt's error (None: success, with a result to store
+        encoded into ``unit.result``; False and an unencodable result are errors)."""
+        if error is None and result is not None and result is not True:
+            if result is False:
                 error = HandlerReturnedFalse("handler returned False")
-            elif spec.grouped:  # a BatchEvent's return value is not kept
-                error = None
-            else:  # encoded here, on the handler thread, not on the completer's
-                found = encoded_result(result)
+            elif not pool.spec.grouped:  # a BatchEvent's return value is not kept
+                # Encoded here, on the handler's thread (or loop), not on the completer's.
+                found: bytes | BaseException
+                try:
+                    found = encoded_result(result)
+                except BaseException as exc:  # noqa: BLE001 - e.g. a Mapping whose items() raises
+                    found = exc
                 if isinstance(found, bytes):
                     unit.result = found
-                    error = None
                 else:
                     error = found
-        except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
-            error = exc
         unit.finished_at = finished = monotonic()
-        pool.record_duration(finished - started)
-        for event in events:
-            if event._progress_lock is not None:
-                reporter.finish(event)
-        with lock:
+        pool.record_duration(finished - unit.started_at)
+        return error
+
+    def settle(self, pool: SlotPool, unit: Unit, error: BaseException | None) -> None:
+        """Settle ``unit`` with the attempt's error and hand its outcome on, unless someone
+        (an abort, the supervisor abandoning it) settled it first; then let go of it."""
+        with self.lock:
             if unit.state == ABANDONED:  # written off by the supervisor; its outcome is decided
                 return
             unit.state = FINISHED
@@ -120,7 +154,7 @@ class Executor:
         pool.active.pop(unit.key, None)
 
 
-def _job_event(reporter: ProgressReporter, job: Any, unit: Unit) -> JobEvent[Any]:
+def _job_event(reporter: ProgressSink, job: Any, unit: Unit) -> JobEvent[Any]:
     event: JobEvent[Any] = JobEvent(
         id=job.id,
         type=job.type,

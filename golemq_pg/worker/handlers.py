@@ -8,6 +8,7 @@ checks what only the whole set can show: ``waits_for`` cycles among this process
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ class HandlerSpec:
     transactional: bool = False
     #: "never", "success" or "always"; None: the Worker's ``delete_on``.
     delete_on: str | None = None
+    #: An ``async def`` handler: run as a task on the worker's event loop thread.
+    is_async: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -65,6 +68,16 @@ def _type_list(value: object, what: str) -> tuple[str, ...]:
         except ValueError as exc:
             raise QueueConfigError(str(exc)) from None
     return tuple(dict.fromkeys(names))
+
+
+def is_coroutine_handler(fn: object) -> bool:
+    """Whether calling ``fn`` returns a coroutine to await: an ``async def`` function (or a
+    ``functools.partial`` of one), or an object whose ``__call__`` is ``async def``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    # An instance's __call__, looked up on its class as the call itself does.
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method, not callability
+    return not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
 
 
 def _flag(value: object, what: str) -> bool:
@@ -115,6 +128,12 @@ def build_spec(
     is_transactional = _flag(transactional, "transactional")
     if is_transactional and is_grouped:
         raise QueueConfigError(f"{name!r}: a handler cannot be both grouped and transactional")
+    is_async = is_coroutine_handler(fn)
+    if is_transactional and is_async:
+        raise QueueConfigError(
+            f"{name!r}: transactional handlers must be synchronous functions (the claim's "
+            "transaction is a blocking psycopg connection); use a plain def"
+        )
     excluded = _type_list(not_while_running, f"not_while_running of {name!r}")
     waits = _type_list(waits_for, f"waits_for of {name!r}")
     if name in waits:
@@ -136,6 +155,7 @@ def build_spec(
         max_batch=max_batch,
         transactional=is_transactional,
         delete_on=delete_on if isinstance(delete_on, str) else None,
+        is_async=is_async,
     )
 
 
@@ -228,4 +248,6 @@ class HandlerRegistry:
         return texts
 
 
-__all__ = ["MAX_CONCURRENCY", "HandlerRegistry", "HandlerSpec", "build_spec"]
+__all__ = [
+    "MAX_CONCURRENCY", "HandlerRegistry", "HandlerSpec", "build_spec", "is_coroutine_handler",
+]

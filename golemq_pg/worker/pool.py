@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -45,6 +45,19 @@ DEFAULT_CLAIM_CAP = 500
 MAX_ADAPTIVE_PREFETCH = 2 * DEFAULT_CLAIM_CAP
 #: Weight of the newest handler duration in the running average.
 _DURATION_WEIGHT = 0.2
+
+
+class UnitBuffer(Protocol):
+    """A type's buffer of claimed units, as the claim loop and shutdown use it."""
+
+    def put(self, item: Unit | None, /) -> None:
+        """Add a claimed unit (None: a sentinel that stops one idle handler thread)."""
+
+    def get_nowait(self) -> Unit | None:
+        """Take the oldest entry; raises ``queue.Empty`` when there is none."""
+
+    def qsize(self) -> int:
+        """How many entries wait."""
 
 
 class TypePool:
@@ -87,7 +100,9 @@ class TypePool:
         #: Units held: buffered, running, or finished but not yet let go. Keyed by unit key.
         #: Plain dict operations are atomic under the GIL, so the hot path takes no lock.
         self.active: dict[str, Unit] = {}
-        self.buffer: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
+        #: Where the claim loop puts this type's units (the handler threads' queue here).
+        self.buffer: UnitBuffer = self._queue
         #: Whether the last claim filled this type's request (more may be due), or a
         #: notification named it. Cleared when a claim comes back short.
         self.maybe_more = True
@@ -188,8 +203,8 @@ class TypePool:
     # -- the loop ---------------------------------------------------------------------------
     def _slot_loop(self, slot: Slot) -> None:
         runtime = self.runtime
-        get = self.buffer.get
-        qsize = self.buffer.qsize
+        get = self._queue.get
+        qsize = self._queue.qsize
         wake = runtime.wake
         execute = self.executor.execute
         while True:
@@ -219,4 +234,4 @@ class TypePool:
         self.active.pop(unit.key, None)
 
 
-__all__ = ["DEFAULT_CLAIM_CAP", "MAX_ADAPTIVE_PREFETCH", "TypePool"]
+__all__ = ["DEFAULT_CLAIM_CAP", "MAX_ADAPTIVE_PREFETCH", "TypePool", "UnitBuffer"]

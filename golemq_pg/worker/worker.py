@@ -4,8 +4,9 @@
 A started worker runs these threads (ARCHITECTURE.md, "Threads of a worker"): one claim loop,
 ``concurrency`` handler threads per type, one completion flusher, one lease renewer, one
 supervisor (timeouts, aborts, abandoned handlers), one listener (unless ``notify=False``)
-and one maintenance loop (reaper, reconcile, schedules, retention). Every loop waits on an
-event or a timer; none spins.
+and one maintenance loop (reaper, reconcile, schedules, retention); with an ``async def``
+handler registered, also one event loop thread on which every async attempt runs as a task
+(:mod:`golemq_pg.worker.taskpool`). Every loop waits on an event or a timer; none spins.
 
 This module is the composition root: :meth:`Worker.start` builds the shared ``Runtime``, then
 every service with its collaborators passed to its constructor, bottom layer first
@@ -45,6 +46,7 @@ from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
 from golemq_pg.worker.config import WorkerConfig, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
+from golemq_pg.worker.eventloop import EventLoop
 from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
 from golemq_pg.worker.execution import Executor
 from golemq_pg.worker.handlers import HandlerRegistry, build_spec
@@ -58,6 +60,7 @@ from golemq_pg.worker.runtime import Runtime
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.shutdown import shut_down
 from golemq_pg.worker.supervisor import Supervisor
+from golemq_pg.worker.taskpool import LoopProgress, TaskPool
 from golemq_pg.worker.transactional import (
     TransactionalPool,
     lock_warnings,
@@ -83,7 +86,8 @@ class _Parts:
     completer: Completer
     supervisor: Supervisor
     claim_loop: ClaimLoop
-    #: Stopped together before the final flush: renewer, maintenance, listener.
+    #: Stopped together before the final flush: renewer, maintenance, listener, and the
+    #: event loop (when an async handler is registered).
     services: tuple[Service, ...]
 
 
@@ -252,7 +256,10 @@ class Worker:
         """Register the decorated function as the handler of ``job_type``.
 
         Options are validated now (``QueueConfigError``); registering a type twice, or
-        after the worker started, is an error. The function is returned unchanged.
+        after the worker started, is an error. The function is returned unchanged. An
+        ``async def`` handler runs as a task on the worker's event loop thread, with the
+        same semantics (README.md, "Async handlers"); ``transactional=True`` needs a plain
+        function (``QueueConfigError`` otherwise).
         """
         options = {
             "concurrency": concurrency, "timeout": timeout,
@@ -346,10 +353,18 @@ class Worker:
         supervisor = Supervisor(runtime, outcomes)
         reporter = ProgressReporter(store, owner, schedule=supervisor.call_at)
         executor = Executor(runtime, outcomes, supervisor, reporter)
+        # One event loop thread for every async type, and none without one.
+        event_loop = EventLoop(owner) if any(spec.is_async for spec in specs) else None
         for spec in specs:
             if spec.transactional:
                 tx_pools[spec.type] = TransactionalPool(
                     runtime, spec, outcomes, kick_supervisor=supervisor.kick
+                )
+                continue
+            if event_loop is not None and spec.is_async:
+                pools[spec.type] = TaskPool(
+                    runtime, spec, executor, outcomes, batch_size=cfg.batch_size,
+                    event_loop=event_loop, progress=LoopProgress(reporter, event_loop),
                 )
                 continue
             pools[spec.type] = TypePool(runtime, spec, executor, outcomes,
@@ -370,13 +385,17 @@ class Worker:
             services.append(
                 ListenerThread(runtime, claim_loop, listener, abort_ids=supervisor.abort_ids)
             )
+        stopped = (*services, event_loop) if event_loop is not None else tuple(services)
         self._parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop,
-                             tuple(services))
+                             stopped)
         self._unregister = _local.register(store, self._abort_local)
         # Start order: what the others report to first, the claim loop (the source of
         # work) last.
         completer.start()
         supervisor.start()
+        if event_loop is not None:
+            event_loop.watch(supervisor.call_at)
+            event_loop.start()
         for pool in pools.values():
             pool.start()
         for tx_pool in tx_pools.values():

@@ -1,7 +1,9 @@
-"""Handler registration: option validation, duplicates, cycles, one-sided exclusions."""
+"""Handler registration: option validation, duplicates, cycles, one-sided exclusions, and
+which handlers are async."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any, TypedDict
 
 import pytest
@@ -15,6 +17,7 @@ from golemq_pg import (
     QueueConfigError,
     Worker,
 )
+from golemq_pg.worker.handlers import build_spec
 
 
 def noop(job: Any) -> None:
@@ -174,3 +177,34 @@ def test_a_stopped_worker_can_start_again() -> None:
     w.start()
     assert w.running
     w.stop()
+
+
+async def async_noop(job: Any) -> None:
+    return None
+
+
+class _AsyncCallable:
+    async def __call__(self, job: Any) -> None:
+        return None
+
+
+class _SyncCallable:
+    def __call__(self, job: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("fn", "expected"),
+    [
+        (async_noop, True),
+        (functools.partial(async_noop), True),
+        (_AsyncCallable(), True),
+        (noop, False),
+        (lambda job: None, False),
+        (functools.partial(noop), False),
+        (_SyncCallable(), False),
+    ],
+)
+def test_async_handlers_are_recognised_however_they_are_made(fn: Any, expected: bool) -> None:
+    assert build_spec("t", fn).is_async is expected
+
