@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
 
 import structlog
 
-from golemq_pg import _local
+from golemq_pg import _local, _trace_hook
 from golemq_pg._queue_control import ControlMethods
 from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
 from golemq_pg._types import (
@@ -167,21 +167,26 @@ class Queue(ControlMethods):
         prio = check_int(priority, "priority")
         tags_v = check_tags(tags)
         encoded = encode_payload(name, payload)
-        result = self.store.job_enqueue(
-            EnqueueParams(
-                type=name,
-                payload=encoded,
-                scope=scope_v,
-                dedupe_key=dedupe_key,
-                on_duplicate=on_duplicate,
-                run_at=run_at_v,
-                delay=delay_s,
-                max_attempts=attempts,
-                priority=prio,
-                tags=tags_v,
-            ),
-            connection=connection,
+        params = EnqueueParams(
+            type=name,
+            payload=encoded,
+            scope=scope_v,
+            dedupe_key=dedupe_key,
+            on_duplicate=on_duplicate,
+            run_at=run_at_v,
+            delay=delay_s,
+            max_attempts=attempts,
+            priority=prio,
+            tags=tags_v,
         )
+        tracer = _trace_hook.tracer
+        if tracer is None:
+            result = self.store.job_enqueue(params, connection=connection)
+        else:  # golemq_pg.tracing: a send span around the insert, its context stored
+            with tracer.send(name) as span:
+                params = dataclasses.replace(params, trace_context=span.carrier)
+                result = self.store.job_enqueue(params, connection=connection)
+                span.sent(result.id)
         if result.id is not None and result.inserted and self.observers:
             self._notify(Transition(result.id, name, scope_v, "enqueued", 0))
         return result.id
@@ -247,19 +252,22 @@ class Queue(ControlMethods):
         encoded = encode_payloads(name, payloads)
         if not encoded:
             return 0
-        return self.store.job_enqueue_many(
-            EnqueueManyParams(
-                type=name,
-                payloads=encoded,
-                scope=scope_v,
-                run_at=run_at_v,
-                delay=delay_s,
-                max_attempts=attempts,
-                priority=prio,
-                tags=tags_v,
-            ),
-            connection=connection,
+        params = EnqueueManyParams(
+            type=name,
+            payloads=encoded,
+            scope=scope_v,
+            run_at=run_at_v,
+            delay=delay_s,
+            max_attempts=attempts,
+            priority=prio,
+            tags=tags_v,
         )
+        tracer = _trace_hook.tracer
+        if tracer is None:
+            return self.store.job_enqueue_many(params, connection=connection)
+        with tracer.send(name, len(encoded)) as span:  # one span and context for the call
+            params = dataclasses.replace(params, trace_context=span.carrier)
+            return self.store.job_enqueue_many(params, connection=connection)
 
     # -- schedules ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from golemq_pg import _trace_hook
 from golemq_pg.worker.backoff import HandlerReturnedFalse, encoded_result
 from golemq_pg.worker.events import BatchEvent, JobEvent
 from golemq_pg.worker.units import ABANDONED, FINISHED, RUNNING, Slot, Unit, UnitPool
@@ -87,6 +88,8 @@ class Executor:
         else:
             argument = events[0]
         error: BaseException | None
+        tracer = _trace_hook.tracer  # golemq_pg.tracing: the attempt's CONSUMER span
+        span = None if tracer is None else tracer.attempt(unit.jobs, unit.attempt)
         try:
             result = spec.fn(argument)
             if result is None or result is True:
@@ -104,6 +107,8 @@ class Executor:
                     error = found
         except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
             error = exc
+        if span is not None:
+            span.end(error, unit.signal.reason)
         unit.finished_at = finished = monotonic()
         pool.record_duration(finished - started)
         for event in events:

@@ -194,6 +194,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             "max_attempts": params.max_attempts,
             "priority": params.priority,
             "tags": None if params.tags is None else list(params.tags),
+            "trace_context": rows.trace_jsonb(params.trace_context),
         }
         if params.dedupe_key is None:
             found = store._fetch("job_enqueue", args)
@@ -238,14 +239,18 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             if run_at is not None:
                 fields.append(rows.copy_field(run_at.isoformat()))
             fields += [rows.copy_field(params.max_attempts), rows.copy_field(params.priority)]
-            if params.tags:
-                fields.append(rows.copy_tags(params.tags))
+            traced = params.trace_context is not None
+            if params.tags or traced:
+                fields.append(rows.copy_tags(params.tags) if params.tags else b"\\N")
+            if traced:
+                fields.append(rows.copy_trace(params.trace_context))
             # Every row is "<type>\t<payload>\t<constant tail>\n": built with one join.
             head = rows.copy_field(params.type) + b"\t"
             tail = b"\t" + b"\t".join(fields) + b"\n"
             data = head + rows.copy_join(params.payloads, tail + head) + tail
             name = "job_copy_in_now" if run_at is None else "job_copy_in"
-            query = store._q[name + "_tagged" if params.tags else name]
+            suffix = "_traced" if traced else "_tagged" if params.tags else ""
+            query = store._q[name + suffix]
             with conn.cursor() as cur, cur.copy(query) as copy:
                 copy.write(data)
         return len(params.payloads)
