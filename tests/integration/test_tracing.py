@@ -317,3 +317,23 @@ def test_a_worker_started_untraced_traces_once_instrumented(
     names = [(s.name, (s.attributes or {}).get("messaging.message.id"))
              for s in spans.get_finished_spans()]
     assert names == [("send mail", second), ("process mail", second)]
+
+
+def test_without_an_sdk_nothing_is_stored_and_jobs_run(
+    pg_store: Any, pg_dsn: str, schema: str
+) -> None:
+    tracing.instrument(tracer_provider=trace.NoOpTracerProvider())  # the API alone
+    try:
+        queue = Queue(pg_store)
+        single = add_job(queue, "mail", {})
+        assert queue.add_many("mail", [{}]) == 1
+        worker = fast_worker(pg_store)
+        ran: list[str] = []
+        worker.handler("mail")(lambda event: ran.append(event.id))
+        worker.run_until_empty(timeout=30)
+    finally:
+        tracing.uninstrument()
+    stored = _stored_contexts(pg_dsn, schema)
+    assert single in stored
+    assert set(stored.values()) == {None}
+    assert sorted(ran, key=int) == sorted(stored, key=int)
