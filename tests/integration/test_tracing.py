@@ -5,6 +5,8 @@ errors recorded without the payload, and nothing at all once uninstrumented."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -337,3 +339,42 @@ def test_without_an_sdk_nothing_is_stored_and_jobs_run(
     assert single in stored
     assert set(stored.values()) == {None}
     assert sorted(ran, key=int) == sorted(stored, key=int)
+
+
+def test_a_malformed_stored_context_gives_a_span_without_a_link(
+    spans: InMemorySpanExporter, pg_store: Any, pg_dsn: str, schema: str
+) -> None:
+    queue = Queue(pg_store)
+    tracing.uninstrument()
+    ids = [add_job(queue, "mail", {}) for _ in range(4)]
+    junk = ['[1, 2]', '{"traceparent": 5}', '{"traceparent": "00-garbage"}', '"text"']
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for job_id, value in zip(ids, junk, strict=True):
+            conn.execute(sql.SQL("UPDATE {}.jobs SET trace_context = %s::jsonb WHERE id = %s")
+                         .format(sql.Identifier(schema)), [value, int(job_id)])
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracing.instrument(tracer_provider=provider)
+    worker = fast_worker(pg_store)
+    worker.handler("mail")(lambda event: None)
+    worker.run_until_empty(timeout=30)
+    processed = _named(spans, "process mail")
+    assert sorted((s.attributes or {})["messaging.message.id"] for s in processed) == ids
+    assert [s.links for s in processed] == [()] * 4
+    assert [s.status.status_code for s in processed] == [StatusCode.UNSET] * 4
+
+
+def test_golemq_pg_imports_no_opentelemetry_unless_tracing_is_used() -> None:
+    code = (
+        "import sys\n"
+        "from golemq_pg import InMemoryStore, Queue, Worker\n"
+        "store = InMemoryStore()\n"
+        "Queue(store).add('t', {})\n"
+        "worker = Worker(store, poll_interval=0.05)\n"
+        "worker.handler('t')(lambda event: None)\n"
+        "worker.run_until_empty(timeout=20)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
