@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, overload
 
+from golemq_pg import _trace_hook
 from golemq_pg._queue_core import (
     P,
     QueueCore,
@@ -132,22 +133,27 @@ def add(
     prio = check_int(priority, "priority")
     tags_v = check_tags(tags)
     encoded = encode_payload(name, payload)
-    result: EnqueueResult = yield call(
-        "job_enqueue",
-        EnqueueParams(
-            type=name,
-            payload=encoded,
-            scope=scope_v,
-            dedupe_key=dedupe_key,
-            on_duplicate=on_duplicate,
-            run_at=run_at_v,
-            delay=delay_s,
-            max_attempts=attempts,
-            priority=prio,
-            tags=tags_v,
-        ),
-        connection=connection,
+    params = EnqueueParams(
+        type=name,
+        payload=encoded,
+        scope=scope_v,
+        dedupe_key=dedupe_key,
+        on_duplicate=on_duplicate,
+        run_at=run_at_v,
+        delay=delay_s,
+        max_attempts=attempts,
+        priority=prio,
+        tags=tags_v,
     )
+    result: EnqueueResult
+    tracer = _trace_hook.tracer
+    if tracer is None:
+        result = yield call("job_enqueue", params, connection=connection)
+    else:  # golemq_pg.tracing: a send span around the insert, its context stored
+        with tracer.send(name) as span:
+            params = dataclasses.replace(params, trace_context=span.carrier)
+            result = yield call("job_enqueue", params, connection=connection)
+            span.sent(result.id)
     if result.id is not None and result.inserted and q.observers:
         q._notify(Transition(result.id, name, scope_v, "enqueued", 0))
     return result.id
@@ -216,20 +222,24 @@ def add_many(
     encoded = encode_payloads(name, payloads)
     if not encoded:
         return 0
-    count: int = yield call(
-        "job_enqueue_many",
-        EnqueueManyParams(
-            type=name,
-            payloads=encoded,
-            scope=scope_v,
-            run_at=run_at_v,
-            delay=delay_s,
-            max_attempts=attempts,
-            priority=prio,
-            tags=tags_v,
-        ),
-        connection=connection,
+    params = EnqueueManyParams(
+        type=name,
+        payloads=encoded,
+        scope=scope_v,
+        run_at=run_at_v,
+        delay=delay_s,
+        max_attempts=attempts,
+        priority=prio,
+        tags=tags_v,
     )
+    count: int
+    tracer = _trace_hook.tracer
+    if tracer is None:
+        count = yield call("job_enqueue_many", params, connection=connection)
+        return count
+    with tracer.send(name, len(encoded)) as span:  # one span and context for the call
+        params = dataclasses.replace(params, trace_context=span.carrier)
+        count = yield call("job_enqueue_many", params, connection=connection)
     return count
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from benchmarks.sandbox import Sandbox
@@ -77,6 +79,36 @@ class _Counter:
             self.value += 1
 
 
+@contextlib.contextmanager
+def _traced(on: bool) -> Iterator[None]:
+    """With ``on``: golemq_pg.tracing instrumented with an SDK TracerProvider whose batch
+    processor hands every span to an exporter that drops it."""
+    if not on:
+        yield
+        return
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    from golemq_pg import tracing  # noqa: PLC0415
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    tracing.instrument(tracer_provider=provider)
+    try:
+        yield
+    finally:
+        tracing.uninstrument()
+        provider.shutdown()
+
+
 class GolemqSystem(System):
     """golemq-pg: Queue.add_many / add to enqueue, a Worker with a no-op handler to consume."""
 
@@ -113,7 +145,11 @@ class GolemqSystem(System):
                     # The same no-op as an async def handler (tasks on the event loop).
                     Variant(self.name, f"c{CONCURRENCY}-async",
                             f"golemq-pg concurrency {CONCURRENCY}, async def handler",
-                            {**base, "async": True})]
+                            {**base, "async": True}),
+                    # golemq_pg.tracing instrumented (SDK, spans dropped): its cost per job.
+                    Variant(self.name, f"c{CONCURRENCY}+otel",
+                            f"golemq-pg concurrency {CONCURRENCY}, OpenTelemetry tracing",
+                            {**base, "otel": True}, full_only=True)]
         if scenario == "guarded":
             bunched = {**base, "scopes": SCOPES}
             spread = {**bunched, "interleaved": True}
@@ -240,7 +276,15 @@ class GolemqSystem(System):
 
     def drain(self, box: Sandbox, variant: Variant, n: int) -> float:
         counter = _Counter()
-        with self._store(box) as store:
+        otel = bool(variant.options.get("otel"))
+        with self._store(box) as store, _traced(otel):
+            if otel:  # the backlog again, as traced add_many calls leave it (not timed)
+                import psycopg  # noqa: PLC0415
+
+                with psycopg.connect(box.dsn, autocommit=True) as conn:
+                    conn.execute(psycopg.sql.SQL("TRUNCATE {}.jobs").format(
+                        psycopg.sql.Identifier(box.schema)))
+                self.enqueue_setup(box, n)
             worker = self._worker(store, variant, lambda _job: counter.add())
             started = time.perf_counter()
             worker.run_until_empty(timeout=900)

@@ -68,6 +68,9 @@ class EnqueueParams:
     max_attempts: int = 3
     priority: int = 0
     tags: tuple[str, ...] | None = None  # validated; None: no tags
+    #: The producer span's W3C trace context (``traceparent``, ``tracestate``) when
+    #: ``golemq_pg.tracing`` is instrumented; stored apart from the payload. None: none.
+    trace_context: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,8 @@ class EnqueueManyParams:
     max_attempts: int = 3
     priority: int = 0
     tags: tuple[str, ...] | None = None  # the same tags on every job; None: no tags
+    #: One producer span's trace context for every job of the call (see EnqueueParams).
+    trace_context: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,9 @@ class ClaimedJob:
     lease_token: int
     enqueued_at: datetime
     lease_expires_at: datetime
+    #: The trace context stored by the add (the JSON object as decoded; None: the add was not
+    #: traced). Read only by ``golemq_pg.tracing``, which checks its shape.
+    trace_context: Any = None
 
 
 @dataclass(frozen=True, slots=True)

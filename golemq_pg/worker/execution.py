@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from golemq_pg import _trace_hook
 from golemq_pg.worker.backoff import HandlerReturnedFalse, encoded_result
 from golemq_pg.worker.events import BatchEvent, JobEvent, ProgressSink
 from golemq_pg.worker.units import ABANDONED, FINISHED, RUNNING, Slot, Unit, UnitPool
@@ -62,6 +63,8 @@ class Executor:
             return
         spec = pool.spec
         error: BaseException | None
+        tracer = _trace_hook.tracer  # golemq_pg.tracing: the attempt's CONSUMER span
+        span = None if tracer is None else tracer.attempt(unit.jobs, unit.attempt)
         try:
             result = spec.fn(argument)
         except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
@@ -69,6 +72,8 @@ class Executor:
         else:
             error = None
         error = self.ended(pool, unit, result, error)
+        if span is not None:
+            span.end(error, unit.signal.reason)
         reporter = self.reporter
         if spec.grouped:
             for event in argument.jobs:

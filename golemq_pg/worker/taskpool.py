@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from golemq_pg import _trace_hook
 from golemq_pg.worker.events import BatchEvent, JobEvent
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.units import ABANDONED, RUNNING, Slot, Unit
@@ -220,6 +221,9 @@ class TaskPool(TypePool):
             if argument is None:
                 return
             error: BaseException | None
+            # golemq_pg.tracing: the attempt's CONSUMER span, current in this task only.
+            tracer = _trace_hook.tracer
+            span = None if tracer is None else tracer.attempt(unit.jobs, unit.attempt)
             try:
                 result = await self._fn(argument)
             except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
@@ -227,6 +231,8 @@ class TaskPool(TypePool):
             else:
                 error = None
             error = executor.ended(self, unit, result, error)
+            if span is not None:
+                span.end(error, unit.signal.reason)
             if self.progress.reported:
                 await self.progress.flush(argument)
             executor.settle(self, unit, error)

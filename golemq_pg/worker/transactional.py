@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from golemq_pg import _trace_hook
 from golemq_pg._errortext import error_text
 from golemq_pg._types import Resource
 from golemq_pg.errors import JobAborted
@@ -318,6 +319,8 @@ class TransactionalPool:
             priority=job.priority, enqueued_at=job.enqueued_at, connection=conn,
         )
         failure: BaseException | None
+        tracer = _trace_hook.tracer  # golemq_pg.tracing: the attempt's CONSUMER span
+        span = None if tracer is None else tracer.attempt(unit.jobs, job.attempt)
         with self._connections_lock:
             self._connections[unit.key] = conn
         try:
@@ -338,6 +341,8 @@ class TransactionalPool:
             with self._connections_lock:  # from here on nothing interrupts the connection
                 self._connections.pop(unit.key, None)
         unit.finished_at = time.monotonic()
+        if span is not None:
+            span.end(failure, unit.signal.reason)
         if not self._own(unit):  # cancelled meanwhile: roll back, record nothing
             raise _Rollback(JobAborted(unit.signal.reason or "cancelled"), owned=False)
         if failure is None and unit.signal.reason == TIMEOUT:

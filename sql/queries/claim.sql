@@ -71,9 +71,12 @@ SELECT u.* FROM upd u ORDER BY u.priority DESC, u.run_at, u.id
 
 
 -- name: fragment_claimed_columns
--- What golemq_pg.store.port.ClaimedJob needs, in the order PostgresStore reads it.
+-- What golemq_pg.store.port.ClaimedJob needs, in the order PostgresStore reads it. The trace
+-- context is NULL unless the add was traced (golemq_pg.tracing): a NULL column costs the claim
+-- nothing measurable, so it is always read rather than kept in a second set of statements.
 j.id, j.type, j.payload::text AS payload, j.scope_type, j.scope_id, j.attempts,
-j.max_attempts, j.priority, j.lease_token, j.created_at, j.lease_expires_at, j.run_at
+j.max_attempts, j.priority, j.lease_token, j.created_at, j.lease_expires_at, j.run_at,
+j.trace_context::text AS trace_context
 
 
 -- name: claim_lock_exclusive

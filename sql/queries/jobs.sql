@@ -12,10 +12,10 @@
 -- connection. Ids and timestamps come from server defaults; the due time from the database
 -- clock. The statement-level trigger sends the wake-up hint.
 INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
-                           tags)
+                           tags, trace_context)
 VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s::int, %(priority)s::int, %(tags)s::text[])
+        %(max_attempts)s::int, %(priority)s::int, %(tags)s::text[], %(trace_context)s::jsonb)
 RETURNING id
 
 
@@ -49,10 +49,11 @@ SELECT pg_advisory_xact_lock(hashtextextended(
 --  * Runs after job_enqueue_key_lock; the unique partial index jobs_dedupe_pending_uq still
 --    arbitrates against a replace-mode add or a COPY of the key.
 INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
-                           dedupe_key, tags)
+                           dedupe_key, tags, trace_context)
 SELECT %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-       %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[]
+       %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[],
+       %(trace_context)s::jsonb
  WHERE NOT EXISTS (
         SELECT 1 FROM {schema}.jobs r
          WHERE r.type = %(type)s::text AND r.dedupe_key = %(dedupe_key)s::text
@@ -69,19 +70,22 @@ RETURNING id
 -- conflict and a new PENDING row is inserted. A holder being claimed concurrently makes
 -- PostgreSQL wait for that claim and retry the arbiter check, so it is race-free.
 -- The tags describe the payload, so they are replaced with it (an add without tags clears
--- them). (xmax = 0) is true only for a freshly inserted row version.
+-- them); so is the trace context (the replacing add's send span is the one that sent this
+-- payload). (xmax = 0) is true only for a freshly inserted row version.
 INSERT INTO {schema}.jobs AS j (type, payload, scope_type, scope_id, run_at, max_attempts,
-                                priority, dedupe_key, tags)
+                                priority, dedupe_key, tags, trace_context)
 VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[])
+        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[],
+        %(trace_context)s::jsonb)
 ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL
-DO UPDATE SET payload    = EXCLUDED.payload,
-              scope_type = EXCLUDED.scope_type,
-              scope_id   = EXCLUDED.scope_id,
-              priority   = EXCLUDED.priority,
-              tags       = EXCLUDED.tags,
-              updated_at = now()
+DO UPDATE SET payload       = EXCLUDED.payload,
+              scope_type    = EXCLUDED.scope_type,
+              scope_id      = EXCLUDED.scope_id,
+              priority      = EXCLUDED.priority,
+              tags          = EXCLUDED.tags,
+              trace_context = EXCLUDED.trace_context,
+              updated_at    = now()
 RETURNING j.id, (j.xmax = 0) AS inserted
 
 
@@ -115,6 +119,22 @@ FROM STDIN
 -- name: job_copy_in_now_tagged
 -- As job_copy_in_now, with the tags column.
 COPY {schema}.jobs (type, payload, scope_type, scope_id, max_attempts, priority, tags)
+FROM STDIN
+
+
+-- name: job_copy_in_traced
+-- As job_copy_in_tagged (tags \N when the call has none), with the trace context of the
+-- call's send span (golemq_pg.tracing): used only by a traced add_many, so an untraced COPY
+-- carries no extra field per row.
+COPY {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority, tags,
+                    trace_context)
+FROM STDIN
+
+
+-- name: job_copy_in_now_traced
+-- As job_copy_in_now_tagged, with the trace context (see job_copy_in_traced).
+COPY {schema}.jobs (type, payload, scope_type, scope_id, max_attempts, priority, tags,
+                    trace_context)
 FROM STDIN
 
 

@@ -16,6 +16,7 @@ from golemq_pg.store.port import (
     FindParams,
     JobStore,
     LeaseRef,
+    RetryItem,
 )
 from tests.support.store_port import add, claim, concurrently, put, refs, slots
 
@@ -227,3 +228,45 @@ def test_a_stale_lease_ref_does_not_touch_the_replacement(store: JobStore) -> No
     job = store.job_get(second)
     assert job is not None
     assert job.status is JobStatus.PENDING
+
+
+# -- the trace context (golemq_pg.tracing) stored with a job, returned by its claim ----------
+
+#: Shaped like what golemq_pg.tracing stores: a W3C traceparent, and a tracestate.
+TRACED = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+          "tracestate": "congo=t61rcWkgMzE"}
+
+
+def test_a_trace_context_travels_from_the_add_to_every_claim_of_the_job(store: JobStore) -> None:
+    payload = encode_payload("t", {"n": 1})
+    traced = store.job_enqueue(EnqueueParams(type="t", payload=payload, trace_context=TRACED))
+    untraced = add(store, "t", {"n": 2})
+    assert store.job_enqueue_many(EnqueueManyParams(
+        type="t", payloads=[payload] * 2, trace_context=TRACED)) == 2
+    assert store.job_enqueue_many(EnqueueManyParams(
+        type="t", payloads=[payload] * 2, trace_context=TRACED, tags=("x",),
+        run_at=store.now() - timedelta(seconds=1))) == 2
+    assert store.job_enqueue_many(EnqueueManyParams(type="t", payloads=[payload])) == 1
+    assert traced.id is not None
+    jobs = {job.id: job for job in claim(store, slots("t", limit=10))}
+    assert len(jobs) == 7
+    assert jobs[untraced].trace_context is None
+    assert [job.trace_context for job in jobs.values()].count(TRACED) == 5
+    # Not in the payload, and carried back by a later claim of the same job (a retry).
+    assert jobs[traced.id].payload == {"n": 1}
+    store.job_retry_many("w1", [RetryItem(traced.id, jobs[traced.id].lease_token, 0, "boom")])
+    (again,) = claim(store, "t")
+    assert (again.id, again.attempt, again.trace_context) == (traced.id, 2, TRACED)
+    tagged = store.job_find(FindParams(types=["t"], tags=("x",)))
+    assert len(tagged) == 2
+
+
+def test_a_replacing_add_replaces_the_trace_context_with_the_payload(store: JobStore) -> None:
+    first = put(store, "t", {"v": 1}, dedupe_key="k")
+    other = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    replaced = store.job_enqueue(EnqueueParams(
+        type="t", payload=encode_payload("t", {"v": 2}), dedupe_key="k",
+        on_duplicate="replace", trace_context=other))
+    assert (replaced.id, replaced.replaced) == (first.id, True)
+    (job,) = claim(store, "t")
+    assert (job.payload, job.trace_context) == ({"v": 2}, other)

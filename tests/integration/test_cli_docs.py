@@ -209,3 +209,35 @@ def test_web_dashboard_mount_example_serves_under_its_prefix(
         assert 'href="/queue/jobs"' in page.text
     finally:
         namespace["store"].close()  # type: ignore[attr-defined]
+
+
+def test_tracing_example_runs_and_links_its_spans(pg_dsn: str, doc_schema: str) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: PLC0415
+        InMemorySpanExporter,
+    )
+
+    from golemq_pg import tracing  # noqa: PLC0415
+
+    (code,) = _blocks(_section(README, "Tracing"), "python")
+    code = code.replace('"postgresql://app@db/app", schema="golemq"',
+                        f'{pg_dsn!r}, schema={doc_schema!r}')
+    assert doc_schema in code
+    assert code.count("ConsoleSpanExporter()") == 1
+    exporter = InMemorySpanExporter()
+    namespace: dict[str, object] = {"__name__": "readme_tracing",
+                                    "_exporter": exporter}
+    try:
+        exec(compile(code.replace("ConsoleSpanExporter()", "_exporter"), "README.md", "exec"),  # noqa: S102 - our README
+             namespace)
+    finally:
+        tracing.uninstrument()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(spans) == {"POST /checkout", "send receipt.render", "process receipt.render",
+                          "render pdf"}
+    request, send = spans["POST /checkout"], spans["send receipt.render"]
+    process, render = spans["process receipt.render"], spans["render pdf"]
+    assert send.parent is not None
+    assert send.parent.span_id == request.context.span_id
+    assert [link.context.span_id for link in process.links] == [send.context.span_id]
+    assert render.parent is not None
+    assert render.parent.span_id == process.context.span_id

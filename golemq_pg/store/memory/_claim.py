@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 import orjson
 
 from golemq_pg._types import JobStatus, Resource, Scope
-from golemq_pg.store.memory._rows import JobRow, JobTable, RateBudget
+from golemq_pg.store.memory._rows import JobRow, JobTable, RateBudget, copy_trace
 from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
 
 
@@ -267,4 +267,5 @@ class ClaimPass:
             lease_token=row.lease_token,
             enqueued_at=row.created_at,
             lease_expires_at=row.lease_expires_at,
+            trace_context=copy_trace(row.trace_context),
         )

@@ -7,7 +7,7 @@ Private to :mod:`golemq_pg.store.memory`. The fields mirror the columns of
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +28,11 @@ def copy_progress(progress: Progress | None) -> Progress | None:
     if isinstance(value, dict):
         return value
     return float(value)
+
+
+def copy_trace(context: Mapping[str, str] | None) -> dict[str, str] | None:
+    """A trace context as the row keeps it: its own copy (None: the add was not traced)."""
+    return None if context is None else dict(context)
 
 
 @dataclass(slots=True)
@@ -59,6 +64,8 @@ class JobRow:
     #: The failed attempts, oldest first, at most port.HISTORY_LIMIT.
     errors: list[AttemptError] = field(default_factory=list)
     tags: tuple[str, ...] = ()
+    #: The add's trace context (the jsonb column's object), None when it was not traced.
+    trace_context: dict[str, str] | None = None
 
     def record_attempt(self, error: str | None, worker_id: str | None, now: datetime) -> None:
         """Append the failed attempt ``attempts`` to the history, keeping the newest

@@ -29,6 +29,7 @@ from golemq_pg.store.memory._rows import (
     MemoryListener,
     RateBudget,
     copy_progress,
+    copy_trace,
     matching,
     page,
 )
@@ -150,6 +151,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs):
                     waiting.scope = params.scope
                     waiting.priority = params.priority
                     waiting.tags = params.tags or ()  # replaced with the payload
+                    waiting.trace_context = copy_trace(params.trace_context)
                     waiting.updated_at = now
                     return EnqueueResult(id=str(waiting.id), inserted=False, replaced=True)
                 if params.on_duplicate == "reject" and self._jobs.running_with_key(
@@ -167,6 +169,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs):
                 now,
             )
             row.tags = params.tags or ()
+            row.trace_context = copy_trace(params.trace_context)
             self._jobs.insert(row)
             self._announce_due([row], now)
             return EnqueueResult(id=str(row.id), inserted=True)
@@ -191,8 +194,10 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs):
                 for payload in params.payloads
             ]
             tags = params.tags or ()
+            trace = copy_trace(params.trace_context)  # one for the call, never mutated
             for row in rows:
                 row.tags = tags
+                row.trace_context = trace
                 self._jobs.insert(row)
             self._announce_due(rows, now)
             return len(rows)

@@ -40,6 +40,7 @@ def job_enqueue(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
         "max_attempts": params.max_attempts,
         "priority": params.priority,
         "tags": None if params.tags is None else list(params.tags),
+        "trace_context": rows.trace_jsonb(params.trace_context),
     }
     q = ctx.queries
     if params.dedupe_key is None:
@@ -83,14 +84,18 @@ def job_enqueue_many(ctx: PlanContext, params: EnqueueManyParams) -> Plan[int]:
     if run_at is not None:
         fields.append(rows.copy_field(run_at.isoformat()))
     fields += [rows.copy_field(params.max_attempts), rows.copy_field(params.priority)]
-    if params.tags:
-        fields.append(rows.copy_tags(params.tags))
+    traced = params.trace_context is not None
+    if params.tags or traced:
+        fields.append(rows.copy_tags(params.tags) if params.tags else b"\\N")
+    if traced:
+        fields.append(rows.copy_trace(params.trace_context))
     # Every row is "<type>\t<payload>\t<constant tail>\n": built with one join.
     head = rows.copy_field(params.type) + b"\t"
     tail = b"\t" + b"\t".join(fields) + b"\n"
     data = head + rows.copy_join(params.payloads, tail + head) + tail
     name = "job_copy_in_now" if run_at is None else "job_copy_in"
-    yield CopyIn(ctx.queries[name + "_tagged" if params.tags else name], data)
+    suffix = "_traced" if traced else "_tagged" if params.tags else ""
+    yield CopyIn(ctx.queries[name + suffix], data)
     return len(params.payloads)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -112,6 +112,7 @@ def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
         row[offset + 8],  # lease token
         row[offset + 9],  # created_at: enqueued_at
         row[offset + 10],
+        None if row[offset + 12] is None else _loads(row[offset + 12]),  # trace context
     )
 
 
@@ -262,6 +263,18 @@ def copy_tags(tags: Sequence[str]) -> bytes:
     """The tags column as one COPY text field: an array literal of double-quoted tags (quoted
     so a tag spelled ``NULL`` stays a string; validated tags need no escaping)."""
     return ('{"' + '","'.join(tags) + '"}').encode("ascii")
+
+
+def trace_jsonb(context: Mapping[str, str] | None) -> Jsonb | None:
+    """The trace_context parameter of an add (NULL when the add was not traced)."""
+    return None if context is None else jsonb(orjson.dumps(dict(context)))
+
+
+def copy_trace(context: Mapping[str, str] | None) -> bytes:
+    """The trace_context column of a traced COPY, one text field (``\\N`` for none)."""
+    if context is None:
+        return b"\\N"
+    return copy_escape(orjson.dumps(dict(context)))
 
 
 def copy_field(value: str | int | None) -> bytes:
