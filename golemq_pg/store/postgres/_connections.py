@@ -17,9 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import math
+
 import psycopg
 import structlog
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from golemq_pg.store.postgres._claim import Claimer
@@ -54,6 +57,52 @@ def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
 
+# -- TCP keepalives and user timeout (a silent network partition) -------------------------------
+#: Seconds of unacknowledged data, or of unanswered keepalive probes on an idle connection,
+#: before the kernel drops a connection: the default of ``PostgresStore.connect``.
+DEFAULT_TCP_USER_TIMEOUT = 10.0
+#: The largest ``tcp_user_timeout`` accepted (an hour; beyond that the kernel's own minutes
+#: are as good).
+MAX_TCP_USER_TIMEOUT = 3600.0
+
+
+def check_tcp_user_timeout(value: object) -> float:
+    """``value`` as seconds: 0 (leave the kernel's defaults) or 1 to 3600; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("tcp_user_timeout must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or 0 < seconds < 1:
+        raise ValueError("tcp_user_timeout must be 0 (kernel defaults) or at least 1 second")
+    if seconds > MAX_TCP_USER_TIMEOUT:
+        raise ValueError("tcp_user_timeout must be at most 3600 seconds")
+    return seconds
+
+
+def tcp_keepalive_params(tcp_user_timeout: float, dsn: str = "") -> dict[str, str]:
+    """libpq connection parameters that bound how long a half-open connection goes unnoticed.
+
+    With ``tcp_user_timeout`` T seconds: keepalive probes start after T/2 s of silence and
+    repeat every T/6 s (at least 1 s), and ``tcp_user_timeout`` (T, in ms) makes the kernel
+    drop the connection once sent data, or those probes, went unacknowledged for T s. So a
+    blocked statement and an idle connection (the LISTEN one) both fail within about T s
+    instead of the kernel's 15 minutes of retransmissions or 2 hours of keepalive idle. 0
+    returns nothing (the kernel's and the DSN's settings apply). A parameter the ``dsn``
+    sets itself is left out: the DSN wins. libpq ignores all of them on a Unix socket.
+    """
+    if tcp_user_timeout == 0:
+        return {}
+    params = {
+        "keepalives": "1",
+        "keepalives_idle": str(max(math.ceil(tcp_user_timeout / 2), 1)),
+        "keepalives_interval": str(max(math.ceil(tcp_user_timeout / 6), 1)),
+        "keepalives_count": "3",
+        "tcp_user_timeout": str(_ms(tcp_user_timeout)),
+    }
+    given = conninfo_to_dict(dsn) if dsn else {}
+    return {key: value for key, value in params.items() if key not in given}
+# -- end of TCP keepalives ----------------------------------------------------------------------
+
+
 def open_pool(
     dsn: str,
     *,
@@ -64,10 +113,13 @@ def open_pool(
     lock_timeout: float,
     idle_in_transaction_session_timeout: float,
     application_name: str,
+    tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
 ) -> ConnectionPool[Any]:
     """An open pool of autocommit connections to ``dsn`` with the store's session settings.
 
-    Timeouts are seconds (0 disables), set on every connection at start-up.
+    Timeouts are seconds (0 disables), set on every connection at start-up;
+    ``tcp_user_timeout``: see :func:`tcp_keepalive_params` (the LISTEN connections copy the
+    pool's connection parameters, so they get the same keepalives).
     """
     options = " ".join(
         (
@@ -87,7 +139,10 @@ def open_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True, "options": options, "application_name": application_name},
+        kwargs={
+            "autocommit": True, "options": options, "application_name": application_name,
+            **tcp_keepalive_params(tcp_user_timeout, dsn),
+        },
         name="golemq-" + schema,
         open=True,
         reconnect_timeout=_RECONNECT_TIMEOUT,

@@ -47,9 +47,11 @@ from golemq_pg.store.port import (
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
+    DEFAULT_TCP_USER_TIMEOUT,
     RETRYABLE,
     WRITE_ATTEMPTS,
     Shared,
+    check_tcp_user_timeout,
     open_pool,
 )
 from golemq_pg.store.postgres._control import ControlVerbs
@@ -91,12 +93,17 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
         idle_in_transaction_session_timeout: float = 60.0,
         rate_window: float = 60.0,
         application_name: str = "golemq-pg",
+        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
         Timeouts are seconds, applied to every pooled connection at start-up (0 disables).
+        ``tcp_user_timeout`` (seconds, 1-3600; 0 keeps the kernel's defaults): TCP keepalives
+        and a user timeout on every connection the store opens (pool, LISTEN connections),
+        so a half-open connection (a silent network partition) fails within about that long.
         """
         check_schema(schema)
+        tcp_user_timeout = check_tcp_user_timeout(tcp_user_timeout)
         pool = open_pool(
             dsn,
             schema=schema,
@@ -106,6 +113,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs):
             lock_timeout=lock_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
             application_name=application_name,
+            tcp_user_timeout=tcp_user_timeout,
         )
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.dsn = dsn
