@@ -144,7 +144,8 @@ def test_pool_and_listen_sockets_carry_keepalives_and_a_user_timeout(
         with store.pool.connection() as conn:
             pooled = _socket_options(conn)
         listener = store.open_listener()
-        assert listener is not None and listener.connection is not None
+        assert listener is not None
+        assert listener.connection is not None
         listening = _socket_options(listener.connection)
         listener.close()
     defaults = {"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 2, "TCP_KEEPCNT": 3,
@@ -186,7 +187,8 @@ def test_a_unix_socket_connection_ignores_the_tcp_options(pg_dsn: str, schema: s
         store.migrate()
         store.job_enqueue(EnqueueParams(type="a", payload=b"{}"))
         listener = store.open_listener()
-        assert listener is not None and listener.connection is not None
+        assert listener is not None
+        assert listener.connection is not None
         store.job_enqueue(EnqueueParams(type="b", payload=b"{}"))
         notes = listener.wait(2.0)
         listener.close()

@@ -13,11 +13,10 @@ connection and transaction helpers, the retried fenced write); the verb groups o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-
-import math
 
 import psycopg
 import structlog
