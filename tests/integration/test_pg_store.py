@@ -143,6 +143,9 @@ def test_pool_and_listen_sockets_carry_keepalives_and_a_user_timeout(
         store.migrate()
         with store.pool.connection() as conn:
             pooled = _socket_options(conn)
+            server_side = [conn.execute("SHOW " + name).fetchone() for name in (
+                "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count",
+                "tcp_user_timeout")]
         listener = store.open_listener()
         assert listener is not None
         assert listener.connection is not None
@@ -151,6 +154,8 @@ def test_pool_and_listen_sockets_carry_keepalives_and_a_user_timeout(
     defaults = {"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": 5, "TCP_KEEPINTVL": 2, "TCP_KEEPCNT": 3,
                 "TCP_USER_TIMEOUT": 10_000}
     assert pooled == defaults
+    # The server's end of the session is bounded the same way.
+    assert server_side == [("5",), ("2",), ("3",), ("10000",)]
     assert listening == defaults
     with PostgresStore.connect(dsn, schema=schema, tcp_user_timeout=3) as tuned, \
             tuned.pool.connection() as conn:

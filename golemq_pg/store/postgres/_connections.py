@@ -99,6 +99,28 @@ def tcp_keepalive_params(tcp_user_timeout: float, dsn: str = "") -> dict[str, st
     }
     given = conninfo_to_dict(dsn) if dsn else {}
     return {key: value for key, value in params.items() if key not in given}
+
+
+def server_keepalive_settings(tcp_user_timeout: float) -> dict[str, str]:
+    """The same bounds for the server's end of the connection (session settings).
+
+    A partition leaves the backend waiting on a client that is gone: without these, a
+    transaction open at that moment keeps its row and advisory locks until
+    ``idle_in_transaction_session_timeout``, and an idle session lingers for the kernel's
+    two hours. With them the server ends the session (rolling back) within about
+    ``tcp_user_timeout`` too. Ignored by the server on a Unix socket; behind PgBouncer they
+    apply to PgBouncer's own server connections, and PgBouncer's ``tcp_keepalive`` settings
+    bound the client side.
+    """
+    if tcp_user_timeout == 0:
+        return {}
+    params = tcp_keepalive_params(tcp_user_timeout)
+    return {
+        "tcp_keepalives_idle": params["keepalives_idle"],
+        "tcp_keepalives_interval": params["keepalives_interval"],
+        "tcp_keepalives_count": params["keepalives_count"],
+        "tcp_user_timeout": params["tcp_user_timeout"],
+    }
 # -- end of TCP keepalives ----------------------------------------------------------------------
 
 
@@ -132,6 +154,8 @@ def open_pool(
             "-c lock_timeout=" + str(_ms(lock_timeout)),
             "-c idle_in_transaction_session_timeout="
             + str(_ms(idle_in_transaction_session_timeout)),
+            *("-c " + name + "=" + value
+              for name, value in server_keepalive_settings(tcp_user_timeout).items()),
         )
     )
     return ConnectionPool(
