@@ -181,3 +181,9 @@ def test_documented_grants_are_enough_for_the_runtime_role(pg_dsn: str, doc_sche
                 sql.Identifier(doc_schema)))
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_the_reliability_index_is_current_and_every_cited_test_exists() -> None:
+    done = subprocess.run([sys.executable, "docs/reindex.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
