@@ -123,6 +123,12 @@ def backend_cpu(dsn: str, app: str) -> dict[int, float]:
     return out
 
 
+def _wal_lsn(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _process_cpu() -> float:
     times = os.times()
     return times.user + times.system
@@ -155,7 +161,7 @@ def _drain(store: TimedStore, box: Sandbox, jobs: int, **options: Any) -> dict[s
     """Run a worker until it ran ``jobs`` handlers; rate, claim latency, CPU per job."""
     count = Counter()
     worker = _worker(store, count, **options)
-    cpu0, own0 = backend_cpu(box.dsn, APP), _process_cpu()
+    cpu0, own0, wal0 = backend_cpu(box.dsn, APP), _process_cpu(), _wal_lsn(box.dsn)
     store.claims.clear()
     started = time.perf_counter()
     worker.start()
@@ -163,7 +169,7 @@ def _drain(store: TimedStore, box: Sandbox, jobs: int, **options: Any) -> dict[s
         while count.value < jobs:
             time.sleep(0.005)
         seconds = time.perf_counter() - started
-        cpu1, own1 = backend_cpu(box.dsn, APP), _process_cpu()
+        cpu1, own1, wal1 = backend_cpu(box.dsn, APP), _process_cpu(), _wal_lsn(box.dsn)
     finally:
         worker.stop()
     db = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
@@ -171,6 +177,8 @@ def _drain(store: TimedStore, box: Sandbox, jobs: int, **options: Any) -> dict[s
             "jobs_per_s": round(count.value / seconds, 1),
             "db_cpu_ms_per_job": round(db / count.value * 1000, 4),
             "worker_cpu_ms_per_job": round((own1 - own0) / count.value * 1000, 4),
+            # The server's WAL, whoever wrote it: an upper bound on a shared server.
+            "wal_bytes_per_job_at_most": round((wal1 - wal0) / count.value),
             **_claim_figures(store.claims)}
 
 
