@@ -92,6 +92,10 @@ class OutageProxy:
     def down(self) -> None:
         """Refuse new connections and close every open one (FIN)."""
         if self._server is not None:
+            # shutdown() first: a close() alone leaves the accept() blocked in the other
+            # thread listening, and the next connection would still get through.
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
             self._server.close()
             self._server = None
         for link in self.links():
