@@ -97,9 +97,11 @@ def test_s19_a_short_silent_partition_mid_job_late_writes_are_fenced(
     victim = _spawn_inside(env, ns, "victim", [type_spec("part")], LEASE)
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 1, timeout=20,
                what="the victim started the job")
+    # The thief is up before the cut (a slow start on a loaded machine must not delay the
+    # reclaim past the heal): it finds nothing while the victim's lease holds.
+    thief = env.spawn("thief", [type_spec("part")], worker=LEASE)
     ns.cut()
     cut_at = datetime.now(UTC)
-    thief = env.spawn("thief", [type_spec("part")], worker=LEASE)
     wait_until(lambda: _state(env, job_id)[0] == "succeeded", timeout=30,
                what="the thief finished the job")
     taken_at = env.db_now()
@@ -141,9 +143,11 @@ def test_s19_a_long_silent_partition_is_noticed_within_tcp_user_timeout(
     victim = _spawn_inside(env, ns, "victim", [type_spec("part")], LEASE)
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 1, timeout=20,
                what="the victim started the job")
+    # The thief is up before the cut (a slow start on a loaded machine must not delay the
+    # reclaim past the heal): it finds nothing while the victim's lease holds.
+    thief = env.spawn("thief", [type_spec("part")], worker=LEASE)
     ns.cut()
     cut_at = datetime.now(UTC)
-    thief = env.spawn("thief", [type_spec("part")], worker=LEASE)
     wait_until(lambda: _state(env, job_id)[0] == "succeeded", timeout=30,
                what="the thief finished the job")
     taken_at = env.db_now()
