@@ -2,6 +2,10 @@
 
 * **Timeouts**: a running unit past its deadline gets its signal fired (reason
   ``"timeout"``) and an abandon deadline ``abandon_grace`` later.
+* **Lease deadlines**: a running unit past its local lease deadline (no renewal came back
+  in time: the renewer is blocked on a dead connection, e.g. a network partition) is
+  aborted with reason ``"lease-lost"``, without waiting for the renewal to fail; another
+  worker may take the job as soon as the database sees the lease expired.
 * **Aborts** (:meth:`Supervisor.abort`): the single path by which a unit is taken away for
   cancellation or lease loss. The unit is settled (so nothing its handler returns is
   written), its signal fires, and it is abandoned if its handler does not return within
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from golemq_pg.worker.backoff import JobTimeout
-from golemq_pg.worker.events import CANCELLED, TIMEOUT
+from golemq_pg.worker.events import CANCELLED, LEASE_LOST, TIMEOUT
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import ABANDONED, BUFFERED, RUNNING, Unit
@@ -127,14 +131,23 @@ class Supervisor(Service):
                 log.warning("timer_failed", error_type=type(exc).__name__)
 
     def _scan(self) -> float:
-        """Fire due timeouts, abandon overdue handlers; return the next deadline."""
+        """Fire due timeouts, abandon overdue handlers, abort units whose lease ran out;
+        return the next deadline."""
         runtime = self.runtime
         grace = runtime.config.abandon_grace
         now = time.monotonic()
         next_at = math.inf
-        for unit in runtime.units() + runtime.tx_units():
+        lost: list[Unit] = []
+        renewed = runtime.units()
+        leased = len(renewed)  # transactional units (after them) hold a row lock, no lease
+        for index, unit in enumerate(renewed + runtime.tx_units()):
             if unit.state != RUNNING:
                 continue
+            if index < leased and unit.abandon_at is None and not unit.settled:
+                if now >= unit.lease_deadline:
+                    lost.append(unit)
+                    continue
+                next_at = min(next_at, unit.lease_deadline)
             pool = unit.pool
             if unit.abandon_at is not None and not pool.abandonable:
                 continue  # its thread owns the transaction: never abandoned
@@ -166,6 +179,9 @@ class Supervisor(Service):
                     next_at = min(next_at, unit.abandon_at)
                 else:
                     next_at = min(next_at, unit.deadline)
+        if lost:
+            self.abort(lost, LEASE_LOST)
+            next_at = min(next_at, now + grace)
         return next_at
 
     # -- taking units away ------------------------------------------------------------------

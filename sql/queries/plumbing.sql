@@ -15,7 +15,18 @@ SELECT set_config('TimeZone', 'UTC', false),
        set_config('jit', 'off', false),
        set_config('statement_timeout', %(statement_timeout)s::text, false),
        set_config('lock_timeout', %(lock_timeout)s::text, false),
-       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s::text, false)
+       set_config('idle_in_transaction_session_timeout', %(idle_timeout)s::text, false),
+       -- The server's end of a partition (PostgresStore.connect(tcp_user_timeout=)): a NULL
+       -- keeps the current value.
+       set_config('tcp_keepalives_idle',
+                  coalesce(%(ka_idle)s::text, current_setting('tcp_keepalives_idle')), false),
+       set_config('tcp_keepalives_interval',
+                  coalesce(%(ka_interval)s::text, current_setting('tcp_keepalives_interval')),
+                  false),
+       set_config('tcp_keepalives_count',
+                  coalesce(%(ka_count)s::text, current_setting('tcp_keepalives_count')), false),
+       set_config('tcp_user_timeout',
+                  coalesce(%(user_timeout)s::text, current_setting('tcp_user_timeout')), false)
 
 
 -- name: channel_names

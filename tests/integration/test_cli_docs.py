@@ -241,3 +241,27 @@ def test_tracing_example_runs_and_links_its_spans(pg_dsn: str, doc_schema: str) 
     assert [link.context.span_id for link in process.links] == [send.context.span_id]
     assert render.parent is not None
     assert render.parent.span_id == process.context.span_id
+
+
+def test_the_reliability_index_is_current_and_every_cited_test_exists() -> None:
+    done = subprocess.run([sys.executable, "docs/reindex.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_keepalive_example_runs(pg_dsn: str) -> None:
+    (code,) = _blocks(_section(README, "Deployment and network faults"), "python")
+    assert '"postgresql://localhost/app"' in code
+    code = code.replace('"postgresql://localhost/app"', repr(pg_dsn))
+    code = code.replace("store.close()", "")
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our README
+    store = namespace["store"]
+    try:
+        with store.pool.connection() as conn:  # type: ignore[attr-defined]
+            row = conn.execute("SHOW tcp_user_timeout").fetchone()
+        # The server end of a TCP session is bounded; on a Unix socket it reads 0.
+        assert row is not None
+        assert row[0] in ("5000", "5s", "0")
+    finally:
+        store.close()  # type: ignore[attr-defined]

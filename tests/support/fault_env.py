@@ -178,10 +178,12 @@ class FaultEnv:
         dsn: str | None = None,
         ledger_dsn: str | None = None,
         wait_ready: bool = True,
+        wrap: Sequence[str] = (),
     ) -> WorkerProc:
         """Start a worker process serving ``types`` (:func:`tests.support.workers.type_spec`
         entries; every type runs the ``fault`` handler of tests/support/worker_process.py).
         ``pool``: the store's ``max_size``, ``*_timeout``, ``extra_options``, ``ledger_size``.
+        ``wrap``: a command prefix (a network namespace: tests/support/partition.py).
         """
         worker_id = self.worker_id(name)
         log_path = self.tmp / f"{name}.log"
@@ -198,7 +200,8 @@ class FaultEnv:
             logs={"path": str(log_path)}, worker=options, store=pool or {"max_size": 5},
             handlers=handlers, mode=mode, hooks=hooks or {}, ready="when_running",
         )
-        popen = start_process(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        popen = start_process(config, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              wrap=wrap)
         proc = WorkerProc(worker_id, popen, log_path)
         self.procs.append(proc)
         if wait_ready:

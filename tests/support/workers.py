@@ -32,13 +32,14 @@ def worker_config(dsn: str, schema: str, worker_id: str, **keys: Any) -> dict[st
 
 
 def start_process(config: dict[str, Any], *, env: dict[str, str] | None = None,
-                  **popen: Any) -> subprocess.Popen[Any]:
+                  wrap: Sequence[str] = (), **popen: Any) -> subprocess.Popen[Any]:
     """Start ``python -m tests.support.worker_process CONFIG`` (``popen``: Popen's options;
-    text mode unless told otherwise)."""
+    text mode unless told otherwise). ``wrap``: a command prefix that execs the rest (e.g.
+    ``ip netns exec NAME``: the pid stays the worker's)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     popen.setdefault("text", True)
     return subprocess.Popen(
-        [sys.executable, "-m", MODULE, json.dumps(config)],
+        [*wrap, sys.executable, "-m", MODULE, json.dumps(config)],
         cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env or {})},
         **popen,
     )

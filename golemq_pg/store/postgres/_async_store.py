@@ -28,6 +28,7 @@ from golemq_pg.store.postgres import _cancel, _control, _registry, _schedules
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
+    DEFAULT_TCP_USER_TIMEOUT,
     ConnectionOptions,
     ensure_utc,
     pool_options,
@@ -104,11 +105,12 @@ class AsyncPostgresStore:
         idle_in_transaction_session_timeout: float = 60.0,
         application_name: str = "golemq-pg",
         prepare: bool = True,
+        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
     ) -> AsyncPostgresStore:
         """A store owning an ``AsyncConnectionPool`` to ``dsn`` (closed by :meth:`close`);
         the options as for ``PostgresStore.connect`` (timeouts in seconds, 0 disables;
         ``application_name``; ``prepare=False`` behind a pooler that cannot hold prepared
-        statements)."""
+        statements; ``tcp_user_timeout``: keepalives bounding a half-open connection)."""
         check_schema(schema)
         options = ConnectionOptions(
             prepare=prepare,
@@ -116,9 +118,10 @@ class AsyncPostgresStore:
             statement_timeout=statement_timeout,
             lock_timeout=lock_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
+            tcp_user_timeout=tcp_user_timeout,
         )
         settings = pool_options(schema=schema, min_size=min_size, max_size=max_size,
-                                options=options)
+                                options=options, dsn=dsn)
         statement = queries_for(schema)["session_settings"]
         params = options.session_params()
 

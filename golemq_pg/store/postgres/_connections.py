@@ -16,6 +16,7 @@ connection and transaction helpers, the retried fenced write); the verb groups o
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ import psycopg
 import structlog
 from psycopg import errors as pg_errors
 from psycopg.abc import Buffer
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg_pool import ConnectionPool
 
@@ -68,6 +70,74 @@ def _ms(seconds: float) -> int:
     return max(int(seconds * 1000), 0)
 
 
+# -- TCP keepalives and user timeout (a silent network partition) -------------------------------
+#: Seconds of unacknowledged data, or of unanswered keepalive probes on an idle connection,
+#: before the kernel drops a connection: the default of ``PostgresStore.connect``.
+DEFAULT_TCP_USER_TIMEOUT = 10.0
+#: The largest ``tcp_user_timeout`` accepted (an hour; beyond that the kernel's own minutes
+#: are as good).
+MAX_TCP_USER_TIMEOUT = 3600.0
+
+
+def check_tcp_user_timeout(value: object) -> float:
+    """``value`` as seconds: 0 (leave the kernel's defaults) or 1 to 3600; else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("tcp_user_timeout must be a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or 0 < seconds < 1:
+        raise ValueError("tcp_user_timeout must be 0 (kernel defaults) or at least 1 second")
+    if seconds > MAX_TCP_USER_TIMEOUT:
+        raise ValueError("tcp_user_timeout must be at most 3600 seconds")
+    return seconds
+
+
+def tcp_keepalive_params(tcp_user_timeout: float, dsn: str = "") -> dict[str, str]:
+    """libpq connection parameters that bound how long a half-open connection goes unnoticed.
+
+    With ``tcp_user_timeout`` T seconds: keepalive probes start after T/2 s of silence and
+    repeat every T/6 s (at least 1 s), and ``tcp_user_timeout`` (T, in ms) makes the kernel
+    drop the connection once sent data, or those probes, went unacknowledged for T s. So a
+    blocked statement and an idle connection (the LISTEN one) both fail within about T s
+    instead of the kernel's 15 minutes of retransmissions or 2 hours of keepalive idle. 0
+    returns nothing (the kernel's and the DSN's settings apply). A parameter the ``dsn``
+    sets itself is left out: the DSN wins. libpq ignores all of them on a Unix socket.
+    """
+    if tcp_user_timeout == 0:
+        return {}
+    params = {
+        "keepalives": "1",
+        "keepalives_idle": str(max(math.ceil(tcp_user_timeout / 2), 1)),
+        "keepalives_interval": str(max(math.ceil(tcp_user_timeout / 6), 1)),
+        "keepalives_count": "3",
+        "tcp_user_timeout": str(_ms(tcp_user_timeout)),
+    }
+    given = conninfo_to_dict(dsn) if dsn else {}
+    return {key: value for key, value in params.items() if key not in given}
+
+
+def server_keepalive_settings(tcp_user_timeout: float) -> dict[str, str]:
+    """The same bounds for the server's end of the connection (session settings).
+
+    A partition leaves the backend waiting on a client that is gone: without these, a
+    transaction open at that moment keeps its row and advisory locks until
+    ``idle_in_transaction_session_timeout``, and an idle session lingers for the kernel's
+    two hours. With them the server ends the session (rolling back) within about
+    ``tcp_user_timeout`` too. Ignored by the server on a Unix socket; behind PgBouncer they
+    apply to PgBouncer's own server connections, and PgBouncer's ``tcp_keepalive`` settings
+    bound the client side.
+    """
+    if tcp_user_timeout == 0:
+        return {}
+    params = tcp_keepalive_params(tcp_user_timeout)
+    return {
+        "tcp_keepalives_idle": params["keepalives_idle"],
+        "tcp_keepalives_interval": params["keepalives_interval"],
+        "tcp_keepalives_count": params["keepalives_count"],
+        "tcp_user_timeout": params["tcp_user_timeout"],
+    }
+# -- end of TCP keepalives ----------------------------------------------------------------------
+
+
 # -- connection options: prepare=, session settings, pooler errors ---------------------------
 # One place for every store that opens connections (PostgresStore, AsyncPostgresStore): how a
 # connection is opened (connect_kwargs), what it runs once opened (session_setup: the
@@ -100,28 +170,41 @@ class ConnectionOptions:
     statement_timeout: float = 30.0
     lock_timeout: float = 10.0
     idle_in_transaction_session_timeout: float = 60.0
+    #: TCP keepalives and user timeout, both ends (see :func:`tcp_keepalive_params`).
+    tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT
 
     def __post_init__(self) -> None:
         if not isinstance(self.prepare, bool):
             raise QueueConfigError("prepare must be True or False")
+        object.__setattr__(self, "tcp_user_timeout", check_tcp_user_timeout(self.tcp_user_timeout))
         for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
                 raise QueueConfigError(f"{name} must be a number of seconds >= 0")
 
-    def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``psycopg.connect`` (pool connections and LISTEN ones)."""
-        kwargs: dict[str, Any] = {"autocommit": True, "application_name": self.application_name}
+    def connect_kwargs(self, dsn: str = "") -> dict[str, Any]:
+        """Keyword arguments for ``psycopg.connect`` (pool connections and LISTEN ones): the
+        keepalive parameters ``dsn`` does not set itself included."""
+        kwargs: dict[str, Any] = {
+            "autocommit": True, "application_name": self.application_name,
+            **tcp_keepalive_params(self.tcp_user_timeout, dsn),
+        }
         if not self.prepare:
             kwargs["prepare_threshold"] = None
         return kwargs
 
-    def session_params(self) -> dict[str, str]:
-        """Parameters of the ``session_settings`` statement (milliseconds, as text)."""
+    def session_params(self) -> dict[str, str | None]:
+        """Parameters of the ``session_settings`` statement (milliseconds, as text; the
+        server's keepalive settings None when ``tcp_user_timeout`` is 0: left as they are)."""
+        server = server_keepalive_settings(self.tcp_user_timeout)
         return {
             "statement_timeout": str(_ms(self.statement_timeout)),
             "lock_timeout": str(_ms(self.lock_timeout)),
             "idle_timeout": str(_ms(self.idle_in_transaction_session_timeout)),
+            "ka_idle": server.get("tcp_keepalives_idle"),
+            "ka_interval": server.get("tcp_keepalives_interval"),
+            "ka_count": server.get("tcp_keepalives_count"),
+            "user_timeout": server.get("tcp_user_timeout"),
         }
 
 
@@ -177,7 +260,7 @@ def session_setup(schema: str, options: ConnectionOptions) -> Setup:
 
 
 def pool_options(
-    *, schema: str, min_size: int, max_size: int, options: ConnectionOptions
+    *, schema: str, min_size: int, max_size: int, options: ConnectionOptions, dsn: str = ""
 ) -> dict[str, Any]:
     """The options of the pool a store owns (``ConnectionPool`` and ``AsyncConnectionPool``
     alike), its connections made with ``options.connect_kwargs()``; the caller adds its own
@@ -185,7 +268,7 @@ def pool_options(
     return {
         "min_size": min_size,
         "max_size": max_size,
-        "kwargs": options.connect_kwargs(),
+        "kwargs": options.connect_kwargs(dsn),
         "name": "golemq-" + schema,
         "reconnect_timeout": RECONNECT_TIMEOUT,
     }
@@ -198,7 +281,8 @@ def open_pool(
     """An open pool of autocommit connections to ``dsn``, each set up by ``setup``."""
     return ConnectionPool(
         dsn,
-        **pool_options(schema=schema, min_size=min_size, max_size=max_size, options=options),
+        **pool_options(schema=schema, min_size=min_size, max_size=max_size, options=options,
+                       dsn=dsn),
         configure=setup,
         open=True,
         reconnect_failed=_keep_reconnecting,

@@ -45,6 +45,7 @@ from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
+    DEFAULT_TCP_USER_TIMEOUT,
     RETRYABLE,
     WRITE_ATTEMPTS,
     ConnectionOptions,
@@ -95,6 +96,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, Das
         application_name: str = "golemq-pg",
         prepare: bool = True,
         listen_dsn: str | None = None,
+        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
@@ -102,6 +104,10 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, Das
         ``prepare=False``: no server-side prepared statements (PgBouncer < 1.21 in transaction
         mode). ``listen_dsn``: where the LISTEN connections go (workers' wake-ups, waits)
         instead of ``dsn``, e.g. the database directly while ``dsn`` is PgBouncer.
+        ``tcp_user_timeout`` (seconds, 1-3600; 0 keeps the kernel's defaults): TCP keepalives
+        and a user timeout on every connection the store opens (pool, LISTEN connections),
+        and the same bounds on the server's end, so a half-open connection (a silent network
+        partition) fails within about that long.
         """
         check_schema(schema)
         if listen_dsn is not None:
@@ -112,6 +118,7 @@ class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, Das
             statement_timeout=statement_timeout,
             lock_timeout=lock_timeout,
             idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
+            tcp_user_timeout=tcp_user_timeout,
         )
         setup = session_setup(schema, options)
         pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size,
