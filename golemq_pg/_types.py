@@ -175,7 +175,11 @@ RetryStrategy = Callable[[RetryContext], float | None]
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One lifecycle event of a job, delivered to observers."""
+    """One lifecycle event of a job, delivered to observers.
+
+    ``duration``: the handler's run time in seconds (on the outcome of an attempt);
+    ``wait``: seconds from the job's due time to its handler starting (on ``"started"``).
+    """
 
     job_id: str
     type: str
@@ -185,6 +189,7 @@ class Transition:
     error: str | None = None
     duration: float | None = None
     worker_id: str | None = None
+    wait: float | None = None
 
 
 OUTCOMES = (

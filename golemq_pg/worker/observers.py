@@ -38,6 +38,7 @@ class ObserverHub:
         *,
         error: str | None = None,
         duration: float | None = None,
+        wait: float | None = None,
     ) -> None:
         """Build one :class:`Transition` and deliver it to every observer."""
         if not self._observers:
@@ -52,6 +53,7 @@ class ObserverHub:
                 error=error,
                 duration=duration,
                 worker_id=self.worker_id,
+                wait=wait,
             )
         )
 

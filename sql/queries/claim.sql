@@ -73,7 +73,9 @@ SELECT u.* FROM upd u ORDER BY u.priority DESC, u.run_at, u.id
 -- name: fragment_claimed_columns
 -- What golemq_pg.store.port.ClaimedJob needs, in the order PostgresStore reads it.
 j.id, j.type, j.payload::text AS payload, j.scope_type, j.scope_id, j.attempts,
-j.max_attempts, j.priority, j.lease_token, j.created_at, j.lease_expires_at, j.run_at
+j.max_attempts, j.priority, j.lease_token, j.created_at, j.lease_expires_at, j.run_at,
+-- waited: due time to this claim, both from the database clock (started_at is the new value)
+greatest(extract(epoch FROM j.started_at - j.run_at), 0)::float8 AS waited
 
 
 -- name: claim_lock_exclusive

@@ -256,6 +256,7 @@ class ClaimPass:
     @staticmethod
     def _claimed(row: JobRow) -> ClaimedJob:
         assert row.lease_expires_at is not None  # noqa: S101 - set by _lease just before
+        assert row.started_at is not None  # noqa: S101 - likewise
         return ClaimedJob(
             id=str(row.id),
             type=row.type,
@@ -267,4 +268,6 @@ class ClaimPass:
             lease_token=row.lease_token,
             enqueued_at=row.created_at,
             lease_expires_at=row.lease_expires_at,
+            # due time to this claim (started_at), like PostgreSQL's fragment_claimed_columns
+            waited=max((row.started_at - row.run_at).total_seconds(), 0.0),
         )

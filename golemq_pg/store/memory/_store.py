@@ -22,6 +22,7 @@ from golemq_pg._types import JobStatus, JobSummary, PausedType, ScheduleSummary
 from golemq_pg.store.memory import _admin as admin
 from golemq_pg.store.memory._claim import ClaimPass
 from golemq_pg.store.memory._control import ControlVerbs
+from golemq_pg.store.memory._metrics import MetricsVerbs
 from golemq_pg.store.memory._rows import (
     JobRow,
     JobTable,
@@ -64,7 +65,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class InMemoryStore(RegistryVerbs, ControlVerbs):
+class InMemoryStore(RegistryVerbs, ControlVerbs, MetricsVerbs):
     """The storage port kept in process memory, thread-safe, with the same guards.
 
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``

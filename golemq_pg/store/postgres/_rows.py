@@ -112,6 +112,7 @@ def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
         row[offset + 8],  # lease token
         row[offset + 9],  # created_at: enqueued_at
         row[offset + 10],
+        row[offset + 12],  # waited (offset + 11 is run_at, read only for the claim's order)
     )
 
 

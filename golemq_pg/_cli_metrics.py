@@ -1,0 +1,186 @@
+"""``golemq-pg worker --metrics-port``: serve ``/metrics`` around one worker process or N.
+
+* One process: the CLI attaches a :class:`~golemq_pg.metrics.PrometheusObserver` to the
+  imported Worker unless it already has one (on the global registry; the application's own
+  observer and registry are kept and served), and serves that registry (and the global
+  one) plus a :class:`~golemq_pg.metrics.QueueCollector` on the worker's store.
+* ``--processes N``: prometheus_client's multiprocess mode. The parent makes a temporary
+  directory for the run and starts its children with ``PROMETHEUS_MULTIPROC_DIR`` pointing
+  there (and ``--metrics-child``: attach the observer, serve nothing); every child's
+  counters and histograms are written to its own memory-mapped files, which the parent's
+  ``MultiProcessCollector`` sums at scrape time, so no child needs a port and a scrape sees
+  every child, including the counts of a child that has exited (counters never go back).
+  ``mark_process_dead`` is called for each child that exits. The parent imports the target
+  too, only for its store (the collector's), and never runs it.
+
+The server is bound before the target is imported, so a port in use fails at once with one
+line and exit code 1. It serves the Prometheus text format (see :mod:`golemq_pg.metrics`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from golemq_pg._worker_processes import load_worker, run_processes, run_worker
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: The hidden flag the parent passes to its children (see the module docstring).
+CHILD_FLAG = "--metrics-child"
+
+
+class MetricsServeError(RuntimeError):
+    """The metrics endpoint could not be served (the port is in use, the host is bad)."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _MetricsHTTPServer
+
+    def do_GET(self) -> None:
+        """``/metrics``: the exposition; anything else: 404."""
+        if self.path.split("?", 1)[0] != "/metrics":
+            self.send_error(404)
+            return
+        from golemq_pg.metrics import exposition  # noqa: PLC0415 - loaded with the extra
+
+        body, content_type = exposition(self.server.source)
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a scrape every few seconds is not worth a log line."""
+
+
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    source: Any
+
+
+class MetricsServer:
+    """``/metrics`` on ``host:port`` in a daemon thread, serving ``source.collect()``."""
+
+    def __init__(self, host: str, port: int, source: Any) -> None:
+        try:
+            self._http = _MetricsHTTPServer((host, port), _Handler)
+        except OSError as exc:
+            raise MetricsServeError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        self._http.source = source
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="golemq-metrics", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Where the endpoint listens (the real port when 0 was asked for)."""
+        host, port = self._http.server_address[:2]
+        return f"http://{host!s}:{port}/metrics"
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        self._http.shutdown()
+        self._http.server_close()
+
+
+def attach_observer(worker: Any) -> Any:
+    """The Worker's PrometheusObserver, or a new one (global registry) added to it.
+
+    The Worker builds its runtime from ``worker.config`` when it starts, so an observer added
+    to the config before ``run()`` sees every transition.
+    """
+    from golemq_pg.metrics import PrometheusObserver  # noqa: PLC0415 - loaded with the extra
+
+    for observer in worker.config.observers:
+        if isinstance(observer, PrometheusObserver):
+            return observer
+    observer = PrometheusObserver()
+    worker.config = dataclasses.replace(
+        worker.config, observers=(*worker.config.observers, observer)
+    )
+    return observer
+
+
+def run_worker_serving(target: str, host: str, port: int, announce: Callable[[str], None]) -> None:
+    """One process: serve ``/metrics`` while the worker runs."""
+    from prometheus_client import REGISTRY  # noqa: PLC0415 - loaded with the extra
+
+    from golemq_pg.metrics import Exposition, QueueCollector  # noqa: PLC0415
+
+    source = Exposition()
+    server = MetricsServer(host, port, source)
+
+    def prepare(worker: Any) -> None:
+        observer = attach_observer(worker)
+        registries = [r for r in (observer.registry, REGISTRY) if r is not None]
+        source.sources = tuple(dict.fromkeys(registries))
+        source.extra = (QueueCollector(worker.store),)
+        announce(f"serving metrics on {server.url}")
+
+    try:
+        run_worker(target, announce, prepare)
+    finally:
+        server.stop()
+
+
+def run_processes_serving(
+    target: str,
+    count: int,
+    host: str,
+    port: int,
+    announce: Callable[[str], None],
+) -> int:
+    """N processes in multiprocess mode (see the module docstring); the worst exit code."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - loaded with the extra
+    from prometheus_client.multiprocess import (  # noqa: PLC0415
+        MultiProcessCollector,
+        mark_process_dead,
+    )
+
+    from golemq_pg.metrics import Exposition, QueueCollector  # noqa: PLC0415
+
+    source = Exposition()
+    server = MetricsServer(host, port, source)
+    try:
+        with tempfile.TemporaryDirectory(prefix="golemq-metrics-") as path:
+            worker = load_worker(target)  # for its store only: the parent runs no handler
+            try:
+                registry = CollectorRegistry(auto_describe=False)
+                MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+                source.sources = (registry,)
+                source.extra = (QueueCollector(worker.store),)
+                announce(f"serving metrics on {server.url} (multiprocess: {path})")
+                return run_processes(
+                    target, count, announce, child_args=[CHILD_FLAG],
+                    env={**os.environ, MULTIPROC_ENV: path},
+                    on_exit=lambda pid: mark_process_dead(pid, path),  # type: ignore[no-untyped-call]
+                )
+            finally:
+                worker.store.close()
+    finally:
+        server.stop()
+
+
+def run_child(target: str, announce: Callable[[str], None]) -> None:
+    """A child of :func:`run_processes_serving`: the worker with the observer, no server."""
+    run_worker(target, announce, attach_observer)
+
+
+__all__ = [
+    "CHILD_FLAG",
+    "MetricsServeError",
+    "MetricsServer",
+    "attach_observer",
+    "run_child",
+    "run_processes_serving",
+    "run_worker_serving",
+]
