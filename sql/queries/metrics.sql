@@ -104,7 +104,7 @@ types(type) AS (
 SELECT t.type,
        coalesce(b.pending, 0), coalesce(b.scheduled, 0), coalesce(r.running, 0),
        coalesce(f.failed, 0),
-       greatest(extract(epoch FROM now() - b.oldest_due), 0)::float8,
+       extract(epoch FROM now() - b.oldest_due)::float8,
        EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = t.type)
   FROM types t
   LEFT JOIN backlog b ON b.type = t.type

@@ -23,7 +23,8 @@ class MetricsVerbs(StoreConnections):
             TypeGauges(
                 type=str(name), pending=int(pending), scheduled=int(scheduled),
                 running=int(running), failed=int(failed),
-                oldest_due_age=None if age is None else float(age), paused=bool(paused),
+                oldest_due_age=None if age is None else max(float(age), 0.0),
+                paused=bool(paused),
             )
             for name, pending, scheduled, running, failed, age, paused in found
         ]
