@@ -211,6 +211,17 @@ class LifecycleObserver(Protocol):
         """Called after each transition of a job."""
 
 
+class TransitionCounter(Protocol):
+    """An observer that only counts: a worker calls ``count_transition`` instead of
+    ``on_transition`` when an observer has it, and builds no :class:`Transition` for it
+    (``golemq_pg.metrics.PrometheusObserver`` is one)."""
+
+    def count_transition(
+        self, job_type: str, outcome: str, duration: float | None, wait: float | None
+    ) -> None:
+        """Called after each transition of a job a worker reports."""
+
+
 P = TypeVar("P", bound=Mapping[str, Any])
 
 

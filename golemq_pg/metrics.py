@@ -27,13 +27,20 @@ from __future__ import annotations
 
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import structlog
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.utils import floatToGoString
 
 from golemq_pg._types import Transition
 from golemq_pg.store.port import JobStore
@@ -59,17 +66,21 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 
 class PrometheusObserver:
-    """A :class:`~golemq_pg.LifecycleObserver` that turns transitions into Prometheus
-    counters and histograms, registered in ``registry`` (default: the global one; None: in
-    no registry). Observers built on one registry share its metrics, so a second one (a
-    second worker in the process, or the CLI's) adds to the same series instead of failing.
+    """A :class:`~golemq_pg.LifecycleObserver` exporting ``golemq_jobs_total``,
+    ``golemq_job_duration_seconds`` and ``golemq_job_wait_seconds``, registered in
+    ``registry`` (default: the global one; None: in no registry, see :meth:`collect`).
 
-    ``on_transition`` runs on the worker's threads for every transition, so it does the
-    least it can: two dictionary lookups find the label children bound once per
-    (type, outcome), then one counter increment and at most one histogram observation.
+    Observers built on one registry share its series, so a second one (a second worker in
+    the process, or the CLI's) adds to the same counts instead of failing to register.
+
+    It runs on the worker's threads for every transition, so it only counts: the worker
+    calls :meth:`count_transition` (no :class:`Transition` is built for it), which finds
+    the (type, outcome) series with two dictionary lookups and, under one lock, adds one to
+    its count and to one bucket of each histogram it observes. The Prometheus families are
+    built from those counts at scrape time.
     """
 
-    __slots__ = ("_bound", "_duration", "_jobs", "_wait", "_waits", "registry")
+    __slots__ = ("_tally", "registry")
 
     def __init__(
         self,
@@ -77,71 +88,185 @@ class PrometheusObserver:
         *,
         buckets: Sequence[float] = BUCKETS,
     ) -> None:
+        bounds = tuple(float(b) for b in buckets)
+        if not bounds or list(bounds) != sorted(set(bounds)) or bounds[0] <= 0:
+            raise ValueError("buckets must be increasing positive numbers of seconds")
         self.registry = registry
-        self._jobs, self._duration, self._wait = _metrics_in(registry, tuple(buckets))
-        # outcome -> type -> (counter increment, duration observation)
-        self._bound: dict[str, dict[str, tuple[Any, Any]]] = {}
-        self._waits: dict[str, Any] = {}  # type -> wait observation
+        self._tally = _tally_in(registry, bounds)
 
     def on_transition(self, t: Transition) -> None:
-        """Count ``t``; observe its duration (an attempt's outcome) or wait (``started``)."""
-        by_type = self._bound.get(t.outcome)
-        bound = None if by_type is None else by_type.get(t.type)
-        if bound is None:
-            bound = self._bind(t.type, t.outcome)
-        bound[0]()
-        if t.duration is not None:
-            bound[1](t.duration)
-        if t.wait is not None:
-            observe = self._waits.get(t.type)
-            if observe is None:
-                observe = self._waits[t.type] = self._wait.labels(t.type).observe
-            observe(t.wait)
+        """Count ``t`` (a Queue's ``enqueued``, or any caller with a Transition)."""
+        self._tally.count(t.type, t.outcome, t.duration, t.wait)
 
-    def _bind(self, job_type: str, outcome: str) -> tuple[Any, Any]:
-        # A race between two threads binding the same pair is harmless: labels() returns
-        # the same child to both, and the last write of the cache entry wins.
-        bound = (
-            self._jobs.labels(job_type, outcome).inc,
-            self._duration.labels(job_type, outcome).observe,
-        )
-        self._bound.setdefault(outcome, {})[job_type] = bound
-        return bound
+    def count_transition(
+        self, job_type: str, outcome: str, duration: float | None, wait: float | None
+    ) -> None:
+        """Count one transition: its outcome, the handler's run time (``duration``, on an
+        attempt's outcome) and the due-to-start ``wait`` (on ``started``)."""
+        self._tally.count(job_type, outcome, duration, wait)
+
+    def collect(self) -> list[Metric]:
+        """The three families, read now (what the registry serves)."""
+        return families(self._tally.snapshot(), self._tally.bounds)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counts as plain data (JSON-safe), for another process to merge and serve."""
+        return self._tally.snapshot()
 
 
-_SHARED: weakref.WeakKeyDictionary[CollectorRegistry, tuple[Counter, Histogram, Histogram]] = (
-    weakref.WeakKeyDictionary()
-)
+class _Series:
+    """One series' counts: transitions, and the histogram's buckets (not cumulative) and
+    sum."""
+
+    __slots__ = ("buckets", "count", "total")
+
+    def __init__(self, size: int) -> None:
+        self.count = 0
+        self.buckets = [0] * size
+        self.total = 0.0
+
+
+class _Tally:
+    """The counts of every observer on one registry, under one lock."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.lock = threading.Lock()
+        self.jobs: dict[str, dict[str, _Series]] = {}  # outcome -> type -> series
+        self.waits: dict[str, _Series] = {}  # type -> series
+
+    def count(
+        self, job_type: str, outcome: str, duration: float | None, wait: float | None
+    ) -> None:
+        try:
+            series = self.jobs[outcome][job_type]
+        except KeyError:
+            series = self._series(job_type, outcome)
+        with self.lock:
+            series.count += 1
+            if duration is not None:
+                series.buckets[bisect_left(self.bounds, duration)] += 1
+                series.total += duration
+            if wait is not None:
+                waits = self.waits.get(job_type)
+                if waits is None:
+                    waits = self.waits[job_type] = _Series(len(self.bounds) + 1)
+                waits.count += 1
+                waits.buckets[bisect_left(self.bounds, wait)] += 1
+                waits.total += wait
+
+    def _series(self, job_type: str, outcome: str) -> _Series:
+        with self.lock:  # two threads meeting a new pair must count into one series
+            return self.jobs.setdefault(outcome, {}).setdefault(
+                job_type, _Series(len(self.bounds) + 1))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "bounds": list(self.bounds),
+                "jobs": [[job_type, outcome, s.count, list(s.buckets), s.total]
+                         for outcome, by_type in self.jobs.items()
+                         for job_type, s in by_type.items()],
+                "waits": [[job_type, s.count, list(s.buckets), s.total]
+                          for job_type, s in self.waits.items()],
+            }
+
+
+_SHARED: weakref.WeakKeyDictionary[CollectorRegistry, _Tally] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
-def _metrics_in(
-    registry: CollectorRegistry | None, buckets: tuple[float, ...]
-) -> tuple[Counter, Histogram, Histogram]:
-    """The observer's three metrics in ``registry``, created and registered the first time."""
+class _TallyCollector:
+    """What a registry holds for its observers."""
+
+    def __init__(self, tally: _Tally) -> None:
+        self._tally = tally
+
+    def describe(self) -> list[Metric]:
+        """The families without samples: the registry refuses a second registration."""
+        return families({"jobs": [], "waits": []}, self._tally.bounds)
+
+    def collect(self) -> list[Metric]:
+        """The families with the counts now."""
+        return families(self._tally.snapshot(), self._tally.bounds)
+
+
+def _tally_in(registry: CollectorRegistry | None, bounds: tuple[float, ...]) -> _Tally:
+    """The counts of ``registry``'s observers, created and registered the first time."""
     with _SHARED_LOCK:
-        found = None if registry is None else _SHARED.get(registry)
-        if found is not None:
-            return found
-        found = (
-            Counter(
-                "golemq_jobs_total", "Job lifecycle transitions, by job type and outcome.",
-                ("type", "outcome"), registry=registry,
-            ),
-            Histogram(
-                "golemq_job_duration_seconds",
-                "Handler run time of an attempt, by job type and the attempt's outcome.",
-                ("type", "outcome"), registry=registry, buckets=buckets,
-            ),
-            Histogram(
-                "golemq_job_wait_seconds",
-                "Seconds from a job's due time to its handler starting, by job type.",
-                ("type",), registry=registry, buckets=buckets,
-            ),
-        )
+        tally = None if registry is None else _SHARED.get(registry)
+        if tally is not None:
+            if tally.bounds != bounds:
+                raise ValueError("observers on one registry must use the same buckets")
+            return tally
+        tally = _Tally(bounds)
         if registry is not None:
-            _SHARED[registry] = found
-        return found
+            registry.register(_TallyCollector(tally))
+            _SHARED[registry] = tally
+        return tally
+
+
+def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Sum observer snapshots (one per process) into one; their buckets must match."""
+    jobs: dict[tuple[str, str], list[Any]] = {}
+    waits: dict[str, list[Any]] = {}
+    bounds: list[float] | None = None
+    for snap in snapshots:
+        if bounds is None:
+            bounds = snap["bounds"]
+        elif snap["bounds"] != bounds:
+            raise ValueError("snapshots with different buckets cannot be merged")
+        for job_type, outcome, count, buckets, total in snap["jobs"]:
+            _add(jobs.setdefault((job_type, outcome), [0, [0] * len(buckets), 0.0]),
+                 count, buckets, total)
+        for job_type, count, buckets, total in snap["waits"]:
+            _add(waits.setdefault(job_type, [0, [0] * len(buckets), 0.0]), count, buckets, total)
+    return {
+        "bounds": bounds or list(BUCKETS),
+        "jobs": [[t, o, *v] for (t, o), v in jobs.items()],
+        "waits": [[t, *v] for t, v in waits.items()],
+    }
+
+
+def _add(into: list[Any], count: int, buckets: list[int], total: float) -> None:
+    into[0] += count
+    into[1] = [a + b for a, b in zip(into[1], buckets, strict=True)]
+    into[2] += total
+
+
+def families(snapshot: dict[str, Any], bounds: Sequence[float]) -> list[Metric]:
+    """The observer's three families from a snapshot (sorted, so scrapes read alike)."""
+    les = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+    jobs = CounterMetricFamily(
+        "golemq_jobs", "Job lifecycle transitions, by job type and outcome.",
+        labels=("type", "outcome"),
+    )
+    duration = HistogramMetricFamily(
+        "golemq_job_duration_seconds",
+        "Handler run time of an attempt, by job type and the attempt's outcome.",
+        labels=("type", "outcome"),
+    )
+    wait = HistogramMetricFamily(
+        "golemq_job_wait_seconds",
+        "Seconds from a job's due time to its handler starting, by job type.",
+        labels=("type",),
+    )
+    for job_type, outcome, count, buckets, total in sorted(snapshot["jobs"]):
+        jobs.add_metric((job_type, outcome), count)
+        if any(buckets):  # outcomes that carry no run time ("started", "enqueued"...)
+            duration.add_metric((job_type, outcome), _cumulative(les, buckets), total)
+    for job_type, _count, buckets, total in sorted(snapshot["waits"]):
+        wait.add_metric((job_type,), _cumulative(les, buckets), total)
+    return [jobs, duration, wait]
+
+
+def _cumulative(les: list[str], buckets: list[int]) -> list[tuple[str, float]]:
+    found: list[tuple[str, float]] = []
+    running = 0
+    for le, n in zip(les, buckets, strict=True):
+        running += n
+        found.append((le, running))
+    return found
 
 
 class QueueCollector:
@@ -238,4 +363,6 @@ __all__ = [
     "PrometheusObserver",
     "QueueCollector",
     "exposition",
+    "families",
+    "merge",
 ]

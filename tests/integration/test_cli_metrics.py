@@ -130,7 +130,7 @@ def test_metrics_port_serves_every_process_counts(
     assert "Traceback" not in text
     if processes > 1:
         # the run's multiprocess directory is gone with it
-        directory = text.split("(multiprocess: ", 1)[1].split(")", 1)[0]
+        directory = text.split("(children's counts in ", 1)[1].split(")", 1)[0]
         assert not Path(directory).exists()
 
 
