@@ -26,12 +26,12 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
 
 from golemq_pg._worker_processes import load_worker, run_processes, run_worker
+from golemq_pg.metrics import MetricsServeError, MetricsServer
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: How often a child writes its counts for the parent (the most a scrape lags behind).
@@ -39,64 +39,6 @@ SNAPSHOT_INTERVAL = 1.0
 _SNAPSHOT_PREFIX = "golemq_observer_"
 #: The hidden flag the parent passes to its children (see the module docstring).
 CHILD_FLAG = "--metrics-child"
-
-
-class MetricsServeError(RuntimeError):
-    """The metrics endpoint could not be served (the port is in use, the host is bad)."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _MetricsHTTPServer
-
-    def do_GET(self) -> None:
-        """``/metrics``: the exposition; anything else: 404."""
-        if self.path.split("?", 1)[0] != "/metrics":
-            self.send_error(404)
-            return
-        from golemq_pg.metrics import exposition  # noqa: PLC0415 - loaded with the extra
-
-        body, content_type = exposition(self.server.source)
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: a scrape every few seconds is not worth a log line."""
-
-
-class _MetricsHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    source: Any
-
-
-class MetricsServer:
-    """``/metrics`` on ``host:port`` in a daemon thread, serving ``source.collect()``."""
-
-    def __init__(self, host: str, port: int, source: Any) -> None:
-        try:
-            self._http = _MetricsHTTPServer((host, port), _Handler)
-        except OSError as exc:
-            raise MetricsServeError(
-                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
-            ) from None
-        self._http.source = source
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, name="golemq-metrics", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        """Where the endpoint listens (the real port when 0 was asked for)."""
-        host, port = self._http.server_address[:2]
-        return f"http://{host!s}:{port}/metrics"
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        self._http.shutdown()
-        self._http.server_close()
 
 
 def attach_observer(worker: Any) -> Any:
@@ -258,8 +200,6 @@ class ChildSnapshots:
 __all__ = [
     "CHILD_FLAG",
     "ChildSnapshots",
-    "MetricsServeError",
-    "MetricsServer",
     "SnapshotWriter",
     "attach_observer",
     "run_child",

@@ -523,6 +523,7 @@ def _serve_metrics(target: str, processes: int, port: int | None, host: str) -> 
     """``worker --metrics-port`` (and its children): see golemq_pg._cli_metrics."""
     try:
         from golemq_pg import _cli_metrics  # noqa: PLC0415 - needs the metrics extra
+        from golemq_pg.metrics import MetricsServeError  # noqa: PLC0415
     except ImportError:
         raise CliError("--metrics-port needs prometheus_client: "
                        "pip install 'golemq-pg[metrics]'") from None
@@ -533,7 +534,7 @@ def _serve_metrics(target: str, processes: int, port: int | None, host: str) -> 
             return _cli_metrics.run_processes_serving(target, processes, host, port, _announce)
         else:
             _cli_metrics.run_worker_serving(target, host, port, _announce)
-    except _cli_metrics.MetricsServeError as exc:
+    except MetricsServeError as exc:
         raise CliError(str(exc)) from None
     return 0
 

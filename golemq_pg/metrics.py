@@ -17,10 +17,12 @@
 Labels are only ``type``, ``outcome`` and ``status``: never a job id, a scope or a payload,
 so the number of series is bounded by the number of job types.
 
-Serve them in the Prometheus text format (:func:`exposition`, or ``generate_latest``), not
-OpenMetrics: the contract's counter ``golemq_jobs_total`` and gauge ``golemq_jobs`` are
-distinct names in the text format but one family name (``golemq_jobs``) in OpenMetrics.
-``golemq-pg worker --metrics-port`` and the web dashboard's ``/metrics`` do that.
+Serve them in the Prometheus text format (:class:`MetricsServer`, :func:`exposition`, or
+``generate_latest``), not OpenMetrics: the contract's counter ``golemq_jobs_total`` and
+gauge ``golemq_jobs`` are distinct names in the text format but one family name
+(``golemq_jobs``) in OpenMetrics, whose parsers refuse the clash. prometheus_client's
+``start_http_server`` answers OpenMetrics to a Prometheus server; ``MetricsServer`` (what
+``golemq-pg worker --metrics-port`` runs) always answers the text format.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import structlog
@@ -349,6 +352,66 @@ class Exposition:
                     yield family
 
 
+class MetricsServeError(RuntimeError):
+    """The metrics endpoint could not be served (the port is in use, the host is bad)."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _MetricsHTTPServer
+
+    def do_GET(self) -> None:
+        """``/metrics``: the exposition; anything else: 404."""
+        if self.path.split("?", 1)[0] != "/metrics":
+            self.send_error(404)
+            return
+        body, content_type = exposition(self.server.source)
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a scrape every few seconds is not worth a log line."""
+
+
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    source: Any
+
+
+class MetricsServer:
+    """``/metrics`` on ``host:port`` in a daemon thread, serving ``source.collect()`` (a
+    registry, or any collector) in the Prometheus text format, whatever the scraper's
+    Accept header asks (prometheus_client's own server would answer OpenMetrics, where
+    ``golemq_jobs_total`` and ``golemq_jobs`` clash). ``port=0``: any free port (``url``).
+    """
+
+    def __init__(self, host: str, port: int, source: Any = REGISTRY) -> None:
+        try:
+            self._http = _MetricsHTTPServer((host, port), _Handler)
+        except OSError as exc:
+            raise MetricsServeError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        self._http.source = source
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="golemq-metrics", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Where the endpoint listens (the real port when 0 was asked for)."""
+        host, port = self._http.server_address[:2]
+        return f"http://{host!s}:{port}/metrics"
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        self._http.shutdown()
+        self._http.server_close()
+
+
 def exposition(source: Any) -> tuple[bytes, str]:
     """``source``'s metrics in the Prometheus text format, with its content type."""
     return generate_latest(source), CONTENT_TYPE
@@ -360,6 +423,8 @@ __all__ = [
     "COUNT_CAP",
     "STATUSES",
     "Exposition",
+    "MetricsServeError",
+    "MetricsServer",
     "PrometheusObserver",
     "QueueCollector",
     "exposition",
