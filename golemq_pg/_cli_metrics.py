@@ -41,6 +41,20 @@ _SNAPSHOT_PREFIX = "golemq_observer_"
 CHILD_FLAG = "--metrics-child"
 
 
+def serve(
+    target: str, processes: int, port: int | None, host: str, announce: Callable[[str], None]
+) -> int:
+    """``golemq-pg worker`` with ``--metrics-port`` (``port`` None: ``--metrics-child``);
+    the exit code."""
+    if port is None:
+        run_child(target, announce)
+    elif processes > 1:
+        return run_processes_serving(target, processes, host, port, announce)
+    else:
+        run_worker_serving(target, host, port, announce)
+    return 0
+
+
 def attach_observer(worker: Any) -> Any:
     """The Worker's PrometheusObserver, or a new one (global registry) added to it.
 
@@ -205,4 +219,5 @@ __all__ = [
     "run_child",
     "run_processes_serving",
     "run_worker_serving",
+    "serve",
 ]

@@ -528,15 +528,9 @@ def _serve_metrics(target: str, processes: int, port: int | None, host: str) -> 
         raise CliError("--metrics-port needs prometheus_client: "
                        "pip install 'golemq-pg[metrics]'") from None
     try:
-        if port is None:
-            _cli_metrics.run_child(target, _announce)
-        elif processes > 1:
-            return _cli_metrics.run_processes_serving(target, processes, host, port, _announce)
-        else:
-            _cli_metrics.run_worker_serving(target, host, port, _announce)
+        return _cli_metrics.serve(target, processes, port, host, _announce)
     except MetricsServeError as exc:
         raise CliError(str(exc)) from None
-    return 0
 
 
 # -- demo, bench, embedded -----------------------------------------------------------------

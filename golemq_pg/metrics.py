@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -83,7 +83,7 @@ class PrometheusObserver:
     built from those counts at scrape time.
     """
 
-    __slots__ = ("_tally", "registry")
+    __slots__ = ("_tally", "count_transition", "registry")
 
     def __init__(
         self,
@@ -96,17 +96,15 @@ class PrometheusObserver:
             raise ValueError("buckets must be increasing positive numbers of seconds")
         self.registry = registry
         self._tally = _tally_in(registry, bounds)
+        #: ``count_transition(type, outcome, duration, wait)``: count one transition (the
+        #: handler's run time on an attempt's outcome, the due-to-start wait on "started").
+        #: The tally's own method, so that the worker's call is the only Python frame.
+        self.count_transition: Callable[[str, str, float | None, float | None], None] = (
+            self._tally.count)
 
     def on_transition(self, t: Transition) -> None:
         """Count ``t`` (a Queue's ``enqueued``, or any caller with a Transition)."""
         self._tally.count(t.type, t.outcome, t.duration, t.wait)
-
-    def count_transition(
-        self, job_type: str, outcome: str, duration: float | None, wait: float | None
-    ) -> None:
-        """Count one transition: its outcome, the handler's run time (``duration``, on an
-        attempt's outcome) and the due-to-start ``wait`` (on ``started``)."""
-        self._tally.count(job_type, outcome, duration, wait)
 
     def collect(self) -> list[Metric]:
         """The three families, read now (what the registry serves)."""
