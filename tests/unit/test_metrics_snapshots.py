@@ -3,6 +3,8 @@ parent of `golemq-pg worker --processes N --metrics-port` serves)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -52,3 +54,22 @@ def test_buckets_are_checked_and_one_registry_keeps_one_set() -> None:
     with pytest.raises(ValueError, match="different buckets"):
         merge([PrometheusObserver(None, buckets=(1.0,)).snapshot(),
                PrometheusObserver(None, buckets=(2.0,)).snapshot()])
+
+
+def test_threads_counting_at_once_lose_nothing() -> None:
+    observer = PrometheusObserver(None)
+    per_thread = 5000
+
+    def count() -> None:
+        for _ in range(per_thread):
+            observer.count_transition("t", "succeeded", 0.001, None)
+
+    threads = [threading.Thread(target=count) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    observer.snapshot()  # a snapshot while they count does not fail
+    for thread in threads:
+        thread.join()
+    (job,) = merge([observer.snapshot()])["jobs"]
+    assert job[:3] == ["t", "succeeded", 8 * per_thread]
+    assert sum(job[3]) == 8 * per_thread
