@@ -175,7 +175,11 @@ RetryStrategy = Callable[[RetryContext], float | None]
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """One lifecycle event of a job, delivered to observers."""
+    """One lifecycle event of a job, delivered to observers.
+
+    ``duration``: the handler's run time in seconds (on the outcome of an attempt);
+    ``wait``: seconds from the job's due time to its handler starting (on ``"started"``).
+    """
 
     job_id: str
     type: str
@@ -185,6 +189,7 @@ class Transition:
     error: str | None = None
     duration: float | None = None
     worker_id: str | None = None
+    wait: float | None = None
 
 
 OUTCOMES = (
@@ -204,6 +209,17 @@ class LifecycleObserver(Protocol):
 
     def on_transition(self, t: Transition) -> None:
         """Called after each transition of a job."""
+
+
+class TransitionCounter(Protocol):
+    """An observer that only counts: a worker calls ``count_transition`` instead of
+    ``on_transition`` when an observer has it, and builds no :class:`Transition` for it
+    (``golemq_pg.metrics.PrometheusObserver`` is one)."""
+
+    def count_transition(
+        self, job_type: str, outcome: str, duration: float | None, wait: float | None
+    ) -> None:
+        """Called after each transition of a job a worker reports."""
 
 
 P = TypeVar("P", bound=Mapping[str, Any])

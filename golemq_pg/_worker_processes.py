@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -84,8 +84,15 @@ def _interrupt_startup(signum: int, _frame: FrameType | None) -> None:
     raise _StartupInterrupted(signum)
 
 
-def run_worker(target: str, announce: Callable[[str], None]) -> None:
-    """Load the target and ``run()`` it until SIGINT/SIGTERM (graceful shutdown)."""
+def run_worker(
+    target: str,
+    announce: Callable[[str], None],
+    prepare: Callable[[Any], None] | None = None,
+) -> None:
+    """Load the target and ``run()`` it until SIGINT/SIGTERM (graceful shutdown).
+
+    ``prepare`` gets the loaded Worker before it runs (``--metrics-port`` attaches its
+    observer there)."""
     # Until Worker.run() installs its own handlers, SIGINT/SIGTERM end the process cleanly:
     # nothing has been claimed yet, so there is nothing to shut down.
     previous = {sig: signal.signal(sig, _interrupt_startup) for sig in STOP_SIGNALS}
@@ -94,6 +101,8 @@ def run_worker(target: str, announce: Callable[[str], None]) -> None:
         # meanwhile is pending and is delivered here, to the handler just installed.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         worker = load_worker(target)
+        if prepare is not None:
+            prepare(worker)
         # This process is ours: everything the application built while loading (modules,
         # handlers, its own state) lives until exit. Freezing it keeps the cyclic garbage
         # collector's full passes, which a fast drain triggers every second or so, from
@@ -110,13 +119,24 @@ def run_worker(target: str, announce: Callable[[str], None]) -> None:
             signal.signal(sig, handler)
 
 
-def run_processes(target: str, count: int, announce: Callable[[str], None]) -> int:
+def run_processes(
+    target: str,
+    count: int,
+    announce: Callable[[str], None],
+    *,
+    child_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    on_exit: Callable[[int], None] | None = None,
+) -> int:
     """Start ``count`` children running ``target``; forward SIGINT/SIGTERM; wait for all.
 
-    Returns the worst exit code (a child killed by signal N counts as 128 + N).
+    ``child_args`` are appended to each child's command line and ``env`` replaces its
+    environment; ``on_exit`` gets each child's pid once it has exited (``--metrics-port``
+    uses the three). Returns the worst exit code (a child killed by signal N counts as
+    128 + N).
     """
     split_target(target)
-    command = [sys.executable, "-m", "golemq_pg.cli", "worker", target]
+    command = [sys.executable, "-m", "golemq_pg.cli", "worker", target, *child_args]
     children: list[subprocess.Popen[bytes]] = []
     received: list[int] = []
 
@@ -139,13 +159,19 @@ def run_processes(target: str, count: int, announce: Callable[[str], None]) -> i
             # is ready for it (instead of killing the child with the default action).
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
-                # S603: this interpreter, this package's CLI and a validated target.
-                children.append(subprocess.Popen(command, process_group=0))  # noqa: S603
+                # S603: this interpreter, this package's CLI, a validated target, our own flags.
+                children.append(
+                    subprocess.Popen(command, process_group=0, env=env)  # noqa: S603
+                )
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         announce(f"started {len(children)} worker processes: "
                  + ", ".join(str(c.pid) for c in children))
-        codes = [child.wait() for child in children]
+        codes = []
+        for child in children:
+            codes.append(child.wait())
+            if on_exit is not None:
+                on_exit(child.pid)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -480,11 +480,19 @@ _cli_web.register(cli, db_options, open_store)
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--processes", type=click.IntRange(min=1, max=256), default=1, show_default=True,
               help="Run N worker processes (each imports TARGET).")
-def worker(target: str, processes: int) -> None:
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+              help="Serve Prometheus /metrics on this port (needs the metrics extra).")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True,  # noqa: S104 - a scrape target
+              help="The address /metrics listens on.")
+@click.option("--metrics-child", is_flag=True, hidden=True)  # set by --processes N for its children
+def worker(
+    target: str, processes: int, metrics_port: int | None, metrics_host: str, metrics_child: bool,
+) -> None:
     """Import a Worker (or a zero-argument factory returning one) and run it.
 
     --dsn (or the embedded server) is exported to the module as $GOLEMQ_DSN; the module's
-    store decides its schema.
+    store decides its schema. --metrics-port adds a PrometheusObserver to the worker unless
+    it has one and serves /metrics (every process's counts with --processes N).
     """
     from golemq_pg._worker_processes import (  # noqa: PLC0415
         TargetError,
@@ -499,6 +507,8 @@ def worker(target: str, processes: int) -> None:
         split_target(target)
         os.environ[_embedded.ENV_DSN] = resolve_dsn(ctx)
         _reset_logging(logging.INFO)  # a worker's lifecycle logs are its output
+        if metrics_port is not None or metrics_child:
+            ctx.exit(_serve_metrics(target, processes, metrics_port, metrics_host))
         if processes > 1:
             ctx.exit(run_processes(target, processes, _announce))
         run_worker(target, _announce)
@@ -507,6 +517,20 @@ def worker(target: str, processes: int) -> None:
     except TargetImportError as exc:
         if os.environ.get("GOLEMQ_DEBUG"):
             raise
+        raise CliError(str(exc)) from None
+
+
+def _serve_metrics(target: str, processes: int, port: int | None, host: str) -> int:
+    """``worker --metrics-port`` (and its children): see golemq_pg._cli_metrics."""
+    try:
+        from golemq_pg import _cli_metrics  # noqa: PLC0415 - needs the metrics extra
+        from golemq_pg.metrics import MetricsServeError  # noqa: PLC0415
+    except ImportError:
+        raise CliError("--metrics-port needs prometheus_client: "
+                       "pip install 'golemq-pg[metrics]'") from None
+    try:
+        return _cli_metrics.serve(target, processes, port, host, _announce)
+    except MetricsServeError as exc:
         raise CliError(str(exc)) from None
 
 

@@ -149,7 +149,11 @@ class GolemqSystem(System):
                     # golemq_pg.tracing instrumented (SDK, spans dropped): its cost per job.
                     Variant(self.name, f"c{CONCURRENCY}+otel",
                             f"golemq-pg concurrency {CONCURRENCY}, OpenTelemetry tracing",
-                            {**base, "otel": True}, full_only=True)]
+                            {**base, "otel": True}, full_only=True),
+                    # The same drain with golemq_pg.metrics.PrometheusObserver attached.
+                    Variant(self.name, f"c{CONCURRENCY}+prometheus",
+                            f"golemq-pg concurrency {CONCURRENCY}, PrometheusObserver",
+                            {**base, "prometheus": True}, full_only=True)]
         if scenario == "guarded":
             bunched = {**base, "scopes": SCOPES}
             spread = {**bunched, "interleaved": True}
@@ -198,8 +202,16 @@ class GolemqSystem(System):
         if opts.get("resource"):
             resources = {"bench_pool": resource_cls(concurrency=opts["resource"],
                                                     types=[JOB_TYPE])}
+        observers = []
+        if opts.get("prometheus"):
+            from prometheus_client import CollectorRegistry  # noqa: PLC0415 - metrics extra
+
+            from golemq_pg.metrics import PrometheusObserver  # noqa: PLC0415
+
+            observers.append(PrometheusObserver(CollectorRegistry()))
         worker = worker_cls(store, notify=opts["notify"], poll_interval=opts["poll"],
-                            batch_size=opts["batch_size"], resources=resources)
+                            batch_size=opts["batch_size"], resources=resources,
+                            observers=observers)
 
         def noop(job: Any) -> None:
             on_job(job)

@@ -145,6 +145,9 @@ class ClaimedJob:
     #: The trace context stored by the add (the JSON object as decoded; None: the add was not
     #: traced). Read only by ``golemq_pg.tracing``, which checks its shape.
     trace_context: Any = None
+    #: Seconds from the job's due time (``run_at``) to this claim, by the store's clock
+    #: (``golemq_job_wait_seconds``); 0 when it was claimed the moment it became due.
+    waited: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +287,24 @@ class WorkerBeat:
     heartbeat_seconds: float
     running: int = 0  # jobs held (buffered or running)
     state: Literal["running", "stopping"] = "running"
+
+
+@dataclass(frozen=True, slots=True)
+class TypeGauges:
+    """One job type's queue state as the metrics collector exports it at scrape time.
+
+    Counts are exact up to the ``cap`` passed to ``metrics_type_gauges`` and ``cap`` above
+    it: ``pending`` is due now, ``scheduled`` due later (retry backoff included).
+    ``oldest_due_age``: seconds the oldest due job of the type has waited (None: none due).
+    """
+
+    type: str
+    pending: int
+    scheduled: int
+    running: int
+    failed: int
+    oldest_due_age: float | None
+    paused: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,6 +510,13 @@ class JobStore(DashboardReads, Protocol):
 
     def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids."""
+
+    # -- metrics ----------------------------------------------------------------------------
+    def metrics_type_gauges(self, cap: int) -> list[TypeGauges]:
+        """Per job type, by name: backlog, running and failed counts (each at most ``cap``),
+        oldest due age, paused. A type appears when it has such rows, is paused, or a live
+        worker handles it. One bounded read: its cost grows with the number of types and
+        priorities and with ``cap``, never with the rows kept (the succeeded history)."""
 
     # -- plumbing ---------------------------------------------------------------------------
     def now(self) -> datetime:

@@ -297,6 +297,7 @@ class ClaimLoop(Service):
     def _distribute(self, jobs: list[ClaimedJob], claimed_at: float) -> dict[str, int]:
         """Put claimed jobs into their types' buffers; returns units per type."""
         pools = self.pools
+        received = time.monotonic()  # when the jobs started waiting in a buffer
         counts: dict[str, int] = {}
         groups: dict[tuple[str, Any], list[ClaimedJob]] = {}
         strays: list[ClaimedJob] = []
@@ -308,7 +309,7 @@ class ClaimLoop(Service):
             if pool.spec.grouped:
                 groups.setdefault((job.type, job.scope), []).append(job)
                 continue
-            unit = Unit(pool, (job,), claimed_at + pool.lease_seconds)
+            unit = Unit(pool, (job,), claimed_at + pool.lease_seconds, received)
             pool.active[unit.key] = unit
             pool.buffer.put(unit)
             counts[job.type] = counts.get(job.type, 0) + 1
@@ -317,7 +318,7 @@ class ClaimLoop(Service):
             # Arrival order: the store returns claim order (priority, run_at, id); ids are
             # assigned at insertion, so they order a group's jobs as they arrived.
             members.sort(key=_arrival)
-            unit = Unit(pool, tuple(members), claimed_at + pool.lease_seconds)
+            unit = Unit(pool, tuple(members), claimed_at + pool.lease_seconds, received)
             pool.active[unit.key] = unit
             pool.buffer.put(unit)
             counts[job_type] = counts.get(job_type, 0) + 1

@@ -312,7 +312,9 @@ class TransactionalPool:
             unit.deadline = unit.started_at + self.spec.timeout
             self._kick_supervisor()
         if runtime.hub:
-            runtime.hub.emit(job.id, job.type, job.scope, "started", job.attempt)
+            # claimed just now, in this thread: the wait is the claim's
+            runtime.hub.emit(job.id, job.type, job.scope, "started", job.attempt,
+                             wait=job.waited)
         event: JobEvent[Any] = JobEvent(
             id=job.id, type=job.type, payload=job.payload, attempt=job.attempt,
             max_attempts=job.max_attempts, scope=job.scope, signal=unit.signal,

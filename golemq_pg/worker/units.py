@@ -81,6 +81,7 @@ class Unit:
 
     __slots__ = (
         "abandon_at",
+        "claimed_at",
         "deadline",
         "finished_at",
         "jobs",
@@ -100,6 +101,7 @@ class Unit:
         pool: UnitPool,
         jobs: tuple[ClaimedJob, ...],
         lease_deadline: float,
+        claimed_at: float = 0.0,
     ) -> None:
         self.pool = pool
         self.jobs = jobs
@@ -116,6 +118,8 @@ class Unit:
         self.abandon_at: float | None = None
         #: A conservative local estimate of when the lease expires (monotonic clock).
         self.lease_deadline = lease_deadline
+        #: Monotonic time the claim returned it (0: unknown); the buffered part of the wait.
+        self.claimed_at = claimed_at
         #: The handler's return value, encoded, to store as the job's result (None: none).
         self.result: bytes | None = None
 

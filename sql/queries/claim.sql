@@ -76,7 +76,9 @@ SELECT u.* FROM upd u ORDER BY u.priority DESC, u.run_at, u.id
 -- nothing measurable, so it is always read rather than kept in a second set of statements.
 j.id, j.type, j.payload::text AS payload, j.scope_type, j.scope_id, j.attempts,
 j.max_attempts, j.priority, j.lease_token, j.created_at, j.lease_expires_at, j.run_at,
-j.trace_context::text AS trace_context
+j.trace_context::text AS trace_context,
+-- waited: due time to this claim, both from the database clock (started_at is the new value)
+greatest(extract(epoch FROM j.started_at - j.run_at), 0)::float8 AS waited
 
 
 -- name: claim_lock_exclusive

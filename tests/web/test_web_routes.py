@@ -139,6 +139,21 @@ def test_healthz_answers_ok_when_the_database_does(dashboard: Dashboard) -> None
     assert answer.json()["status"] == "ok"
 
 
+def test_metrics_serves_the_queue_collector_gauges(
+    dashboard: Dashboard, web_queue: Queue
+) -> None:
+    web_queue.add("mail.send", {"to": "secret-canary@example.com"}, scope=("User", "u-991"))
+    web_queue.pause("mail.send", reason="provider down")
+    answer = dashboard.get("/metrics")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    text = answer.text
+    assert 'golemq_jobs{status="pending",type="mail.send"} 1.0' in text
+    assert 'golemq_paused{type="mail.send"} 1.0' in text
+    assert "golemq_workers" in text
+    assert "secret-canary" not in text and "u-991" not in text
+
+
 def test_healthz_answers_503_when_the_database_does_not() -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))

@@ -256,6 +256,7 @@ class ClaimPass:
     @staticmethod
     def _claimed(row: JobRow) -> ClaimedJob:
         assert row.lease_expires_at is not None  # noqa: S101 - set by _lease just before
+        assert row.started_at is not None  # noqa: S101 - likewise
         return ClaimedJob(
             id=str(row.id),
             type=row.type,
@@ -268,4 +269,6 @@ class ClaimPass:
             enqueued_at=row.created_at,
             lease_expires_at=row.lease_expires_at,
             trace_context=copy_trace(row.trace_context),
+            # due time to this claim (started_at), like PostgreSQL's fragment_claimed_columns
+            waited=max((row.started_at - row.run_at).total_seconds(), 0.0),
         )

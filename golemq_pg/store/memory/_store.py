@@ -23,6 +23,7 @@ from golemq_pg.store.memory import _admin as admin
 from golemq_pg.store.memory._claim import ClaimPass
 from golemq_pg.store.memory._control import ControlVerbs
 from golemq_pg.store.memory._dashboard import DashboardVerbs
+from golemq_pg.store.memory._metrics import MetricsVerbs
 from golemq_pg.store.memory._rows import (
     JobRow,
     JobTable,
@@ -66,7 +67,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs):
+class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
     """The storage port kept in process memory, thread-safe, with the same guards.
 
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``

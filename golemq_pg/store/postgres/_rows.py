@@ -113,6 +113,7 @@ def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
         row[offset + 9],  # created_at: enqueued_at
         row[offset + 10],
         None if row[offset + 12] is None else _loads(row[offset + 12]),  # trace context
+        row[offset + 13],  # waited (offset + 11 is run_at, read only for the claim's order)
     )
 
 

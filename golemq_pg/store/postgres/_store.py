@@ -57,6 +57,7 @@ from golemq_pg.store.postgres._connections import (
 from golemq_pg.store.postgres._control import ControlVerbs
 from golemq_pg.store.postgres._dashboard import DashboardVerbs
 from golemq_pg.store.postgres._listener import PgListener
+from golemq_pg.store.postgres._metrics import MetricsVerbs
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._registry import RegistryVerbs
 from golemq_pg.store.postgres._schedules import ScheduleVerbs
@@ -64,7 +65,9 @@ from golemq_pg.store.postgres._schedules import ScheduleVerbs
 log = structlog.get_logger("golemq_pg.store.postgres")
 
 
-class PostgresStore(CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs):
+class PostgresStore(
+    CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs
+):
     """The JobStore port on PostgreSQL (see the module docstring)."""
 
     def __init__(

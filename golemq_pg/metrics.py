@@ -1,0 +1,462 @@
+"""Prometheus metrics: a lifecycle observer for workers and a collector for the queue.
+
+``pip install 'golemq-pg[metrics]'`` (prometheus_client)::
+
+    from golemq_pg.metrics import PrometheusObserver, QueueCollector
+    worker = Worker(store, observers=[PrometheusObserver()])
+    prometheus_client.REGISTRY.register(QueueCollector(store))
+
+* :class:`PrometheusObserver` counts every transition a worker (or a Queue) reports:
+  ``golemq_jobs_total{type,outcome}``, ``golemq_job_duration_seconds{type,outcome}`` (the
+  handler's run time, on the outcome of an attempt) and ``golemq_job_wait_seconds{type}``
+  (from the job's due time to its handler starting).
+* :class:`QueueCollector` reads the queue's state from the store at scrape time, with two
+  bounded statements: ``golemq_jobs{type,status}``, ``golemq_oldest_due_age_seconds{type}``,
+  ``golemq_workers`` and ``golemq_paused{type}``.
+
+Labels are only ``type``, ``outcome`` and ``status``: never a job id, a scope or a payload,
+so the number of series is bounded by the number of job types.
+
+Serve them in the Prometheus text format (:class:`MetricsServer`, :func:`exposition`, or
+``generate_latest``), not OpenMetrics: the contract's counter ``golemq_jobs_total`` and
+gauge ``golemq_jobs`` are distinct names in the text format but one family name
+(``golemq_jobs``) in OpenMetrics, whose parsers refuse the clash. prometheus_client's
+``start_http_server`` answers OpenMetrics to a Prometheus server; ``MetricsServer`` (what
+``golemq-pg worker --metrics-port`` runs) always answers the text format.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import structlog
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.utils import floatToGoString
+
+from golemq_pg._types import Transition
+from golemq_pg.store.port import JobStore
+
+log = structlog.get_logger("golemq_pg.metrics")
+
+#: Histogram buckets (seconds) from a sub-millisecond no-op handler to hour-long jobs, about
+#: 2-2.5x apart so that histogram_quantile stays within a factor ~2 anywhere on the range.
+BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)
+
+#: The statuses of ``golemq_jobs`` (succeeded rows are history: count them with the counter).
+STATUSES = ("pending", "scheduled", "running", "failed")
+
+#: Default cap of every ``golemq_jobs`` count: a count reads at most this many index entries
+#: per type and status, so a scrape stays bounded on a backlog or dead-letter pile of millions.
+COUNT_CAP = 100_000
+
+#: The exposition's content type (the Prometheus text format, see the module docstring).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+
+class PrometheusObserver:
+    """A :class:`~golemq_pg.LifecycleObserver` exporting ``golemq_jobs_total``,
+    ``golemq_job_duration_seconds`` and ``golemq_job_wait_seconds``, registered in
+    ``registry`` (default: the global one; None: in no registry, see :meth:`collect`).
+
+    Observers built on one registry share its series, so a second one (a second worker in
+    the process, or the CLI's) adds to the same counts instead of failing to register.
+
+    It runs on the worker's threads for every transition, so it only counts: the worker
+    calls ``count_transition`` (no :class:`Transition` is built for it), which finds the
+    (type, outcome) series of the calling thread with two dictionary lookups and, without a
+    lock, adds one to its count and to one bucket of each histogram it observes. The
+    Prometheus families are built from those counts at scrape time.
+    """
+
+    __slots__ = ("_tally", "count_transition", "registry")
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = REGISTRY,
+        *,
+        buckets: Sequence[float] = BUCKETS,
+    ) -> None:
+        bounds = tuple(float(b) for b in buckets)
+        if not bounds or list(bounds) != sorted(set(bounds)) or bounds[0] <= 0:
+            raise ValueError("buckets must be increasing positive numbers of seconds")
+        self.registry = registry
+        self._tally = _tally_in(registry, bounds)
+        #: ``count_transition(type, outcome, duration, wait)``: count one transition (the
+        #: handler's run time on an attempt's outcome, the due-to-start wait on "started").
+        #: The tally's own method, so that the worker's call is the only Python frame.
+        self.count_transition: Callable[[str, str, float | None, float | None], None] = (
+            self._tally.count)
+
+    def on_transition(self, t: Transition) -> None:
+        """Count ``t`` (a Queue's ``enqueued``, or any caller with a Transition)."""
+        self._tally.count(t.type, t.outcome, t.duration, t.wait)
+
+    def collect(self) -> list[Metric]:
+        """The three families, read now (what the registry serves)."""
+        return families(self._tally.snapshot(), self._tally.bounds)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counts as plain data (JSON-safe), for another process to merge and serve."""
+        return self._tally.snapshot()
+
+
+class _Series:
+    """One series' counts: transitions, and the histogram's buckets (not cumulative) and
+    sum."""
+
+    __slots__ = ("buckets", "count", "total")
+
+    def __init__(self, size: int) -> None:
+        self.count = 0
+        self.buckets = [0] * size
+        self.total = 0.0
+
+
+class _Part:
+    """One thread's share of a tally: only that thread writes it, so it needs no lock."""
+
+    __slots__ = ("jobs", "waits")
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, _Series]] = {}  # outcome -> type -> series
+        self.waits: dict[str, _Series] = {}  # type -> series
+
+
+class _Tally:
+    """The counts of every observer on one registry: one part per counting thread.
+
+    A transition is counted in the calling thread's own part, with no lock (a lock taken
+    by every handler thread and the completer for every transition was, in a profile of a
+    fast drain, most of the observer's cost: threads preempted while holding it). A
+    snapshot sums the parts; it copies each dict in one C call, which the GIL makes atomic
+    with respect to the owner's writes, and reads each int as it is, so a scrape may miss a
+    transition being counted at that instant, never count one twice.
+    """
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self._size = len(bounds) + 1
+        self._local = threading.local()
+        self._parts: list[_Part] = []
+        self._lock = threading.Lock()  # guards _parts (a thread's first count, snapshots)
+
+    def count(
+        self, job_type: str, outcome: str, duration: float | None, wait: float | None
+    ) -> None:
+        try:
+            part: _Part = self._local.part
+        except AttributeError:
+            part = self._join()
+        try:
+            series = part.jobs[outcome][job_type]
+        except KeyError:
+            series = part.jobs.setdefault(outcome, {})[job_type] = _Series(self._size)
+        series.count += 1
+        if duration is not None:
+            series.buckets[bisect_left(self.bounds, duration)] += 1
+            series.total += duration
+        if wait is not None:
+            waits = part.waits.get(job_type)
+            if waits is None:
+                waits = part.waits[job_type] = _Series(self._size)
+            waits.count += 1
+            waits.buckets[bisect_left(self.bounds, wait)] += 1
+            waits.total += wait
+
+    def _join(self) -> _Part:
+        part = self._local.part = _Part()
+        with self._lock:
+            self._parts.append(part)  # kept after the thread ends: its counts stay
+        return part
+
+    def snapshot(self) -> dict[str, Any]:
+        jobs: dict[tuple[str, str], list[Any]] = {}
+        waits: dict[str, list[Any]] = {}
+        with self._lock:
+            parts = list(self._parts)
+        for part in parts:
+            for outcome, by_type in part.jobs.copy().items():
+                for job_type, s in by_type.copy().items():
+                    _add(jobs.setdefault((job_type, outcome), [0, [0] * self._size, 0.0]),
+                         s.count, list(s.buckets), s.total)
+            for job_type, s in part.waits.copy().items():
+                _add(waits.setdefault(job_type, [0, [0] * self._size, 0.0]),
+                     s.count, list(s.buckets), s.total)
+        return {
+            "bounds": list(self.bounds),
+            "jobs": [[t, o, *v] for (t, o), v in jobs.items()],
+            "waits": [[t, *v] for t, v in waits.items()],
+        }
+
+
+_SHARED: weakref.WeakKeyDictionary[CollectorRegistry, _Tally] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+class _TallyCollector:
+    """What a registry holds for its observers."""
+
+    def __init__(self, tally: _Tally) -> None:
+        self._tally = tally
+
+    def describe(self) -> list[Metric]:
+        """The families without samples: the registry refuses a second registration."""
+        return families({"jobs": [], "waits": []}, self._tally.bounds)
+
+    def collect(self) -> list[Metric]:
+        """The families with the counts now."""
+        return families(self._tally.snapshot(), self._tally.bounds)
+
+
+def _tally_in(registry: CollectorRegistry | None, bounds: tuple[float, ...]) -> _Tally:
+    """The counts of ``registry``'s observers, created and registered the first time."""
+    with _SHARED_LOCK:
+        tally = None if registry is None else _SHARED.get(registry)
+        if tally is not None:
+            if tally.bounds != bounds:
+                raise ValueError("observers on one registry must use the same buckets")
+            return tally
+        tally = _Tally(bounds)
+        if registry is not None:
+            registry.register(_TallyCollector(tally))
+            _SHARED[registry] = tally
+        return tally
+
+
+def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Sum observer snapshots (one per process) into one; their buckets must match."""
+    jobs: dict[tuple[str, str], list[Any]] = {}
+    waits: dict[str, list[Any]] = {}
+    bounds: list[float] | None = None
+    for snap in snapshots:
+        if bounds is None:
+            bounds = snap["bounds"]
+        elif snap["bounds"] != bounds:
+            raise ValueError("snapshots with different buckets cannot be merged")
+        for job_type, outcome, count, buckets, total in snap["jobs"]:
+            _add(jobs.setdefault((job_type, outcome), [0, [0] * len(buckets), 0.0]),
+                 count, buckets, total)
+        for job_type, count, buckets, total in snap["waits"]:
+            _add(waits.setdefault(job_type, [0, [0] * len(buckets), 0.0]), count, buckets, total)
+    return {
+        "bounds": bounds or list(BUCKETS),
+        "jobs": [[t, o, *v] for (t, o), v in jobs.items()],
+        "waits": [[t, *v] for t, v in waits.items()],
+    }
+
+
+def _add(into: list[Any], count: int, buckets: list[int], total: float) -> None:
+    into[0] += count
+    into[1] = [a + b for a, b in zip(into[1], buckets, strict=True)]
+    into[2] += total
+
+
+def families(snapshot: dict[str, Any], bounds: Sequence[float]) -> list[Metric]:
+    """The observer's three families from a snapshot (sorted, so scrapes read alike)."""
+    les = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+    jobs = CounterMetricFamily(
+        "golemq_jobs", "Job lifecycle transitions, by job type and outcome.",
+        labels=("type", "outcome"),
+    )
+    duration = HistogramMetricFamily(
+        "golemq_job_duration_seconds",
+        "Handler run time of an attempt, by job type and the attempt's outcome.",
+        labels=("type", "outcome"),
+    )
+    wait = HistogramMetricFamily(
+        "golemq_job_wait_seconds",
+        "Seconds from a job's due time to its handler starting, by job type.",
+        labels=("type",),
+    )
+    for job_type, outcome, count, buckets, total in sorted(snapshot["jobs"]):
+        jobs.add_metric((job_type, outcome), count)
+        if any(buckets):  # outcomes that carry no run time ("started", "enqueued"...)
+            duration.add_metric((job_type, outcome), _cumulative(les, buckets), total)
+    for job_type, _count, buckets, total in sorted(snapshot["waits"]):
+        wait.add_metric((job_type,), _cumulative(les, buckets), total)
+    return [jobs, duration, wait]
+
+
+def _cumulative(les: list[str], buckets: list[int]) -> list[tuple[str, float]]:
+    found: list[tuple[str, float]] = []
+    running = 0
+    for le, n in zip(les, buckets, strict=True):
+        running += n
+        found.append((le, running))
+    return found
+
+
+class QueueCollector:
+    """A prometheus_client collector reading the queue's state from ``store`` at scrape time.
+
+    Each scrape runs two statements: ``metrics_type_gauges`` (per type: backlog, running and
+    failed counts, each at most ``count_cap``, the oldest due age, paused; it reads indexes
+    by descents and capped ranges, never the kept history) and ``worker_list`` (the small
+    registry table). A store error is logged and the scrape goes on without these gauges,
+    so a worker's own counters are still exported while the database is away.
+    """
+
+    def __init__(self, store: JobStore, *, count_cap: int = COUNT_CAP) -> None:
+        if isinstance(count_cap, bool) or not isinstance(count_cap, int) or count_cap < 1:
+            raise ValueError("count_cap must be a positive int")
+        self.store = store
+        self.count_cap = count_cap
+
+    def describe(self) -> list[Metric]:
+        """Nothing: registering the collector then costs no statement, and the registry does
+        not refuse ``golemq_jobs`` next to the counter ``golemq_jobs_total`` (which claims
+        that family name too)."""
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        """The gauges, read now (nothing when the store fails)."""
+        try:
+            types = self.store.metrics_type_gauges(self.count_cap)
+            workers = self.store.worker_list()
+        except Exception as exc:  # noqa: BLE001 - a failed read must not fail the scrape
+            log.warning("metrics_collect_failed", error_type=type(exc).__name__)
+            return
+        jobs = GaugeMetricFamily(
+            "golemq_jobs",
+            f"Jobs by type and status (pending: due now; scheduled: due later; each count "
+            f"capped at {self.count_cap}).",
+            labels=("type", "status"),
+        )
+        oldest = GaugeMetricFamily(
+            "golemq_oldest_due_age_seconds",
+            "Seconds the oldest due pending job of the type has waited (0: none due).",
+            labels=("type",),
+        )
+        paused = GaugeMetricFamily(
+            "golemq_paused", "1 while the job type is paused, else 0.", labels=("type",),
+        )
+        for g in types:
+            for status, count in zip(
+                STATUSES, (g.pending, g.scheduled, g.running, g.failed), strict=True
+            ):
+                jobs.add_metric((g.type, status), count)
+            oldest.add_metric((g.type,), g.oldest_due_age or 0.0)
+            paused.add_metric((g.type,), 1.0 if g.paused else 0.0)
+        yield jobs
+        yield oldest
+        yield GaugeMetricFamily(
+            "golemq_workers", "Registered workers whose heartbeat is fresh (not lost).",
+            value=sum(1 for w in workers if w.state != "lost"),
+        )
+        yield paused
+
+
+class Exposition:
+    """What one ``/metrics`` endpoint serves: the metrics of ``sources`` (registries or
+    collectors), then those of ``extra``; a family already served (same name and type) is
+    not served twice, so a QueueCollector the application registered itself is harmless."""
+
+    def __init__(self, sources: Sequence[Any] = (), extra: Sequence[Any] = ()) -> None:
+        self.sources = tuple(sources)
+        self.extra = tuple(extra)
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family of every source, each (name, type) once."""
+        seen: set[tuple[str, str]] = set()
+        for source in (*self.sources, *self.extra):
+            for family in source.collect():
+                key = (family.name, family.type)
+                if key not in seen:
+                    seen.add(key)
+                    yield family
+
+
+class MetricsServeError(RuntimeError):
+    """The metrics endpoint could not be served (the port is in use, the host is bad)."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _MetricsHTTPServer
+
+    def do_GET(self) -> None:
+        """``/metrics``: the exposition; anything else: 404."""
+        if self.path.split("?", 1)[0] != "/metrics":
+            self.send_error(404)
+            return
+        body, content_type = exposition(self.server.source)
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a scrape every few seconds is not worth a log line."""
+
+
+class _MetricsHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    source: Any
+
+
+class MetricsServer:
+    """``/metrics`` on ``host:port`` in a daemon thread, serving ``source.collect()`` (a
+    registry, or any collector) in the Prometheus text format, whatever the scraper's
+    Accept header asks (prometheus_client's own server would answer OpenMetrics, where
+    ``golemq_jobs_total`` and ``golemq_jobs`` clash). ``port=0``: any free port (``url``).
+    """
+
+    def __init__(self, host: str, port: int, source: Any = REGISTRY) -> None:
+        try:
+            self._http = _MetricsHTTPServer((host, port), _Handler)
+        except OSError as exc:
+            raise MetricsServeError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        self._http.source = source
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, name="golemq-metrics", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Where the endpoint listens (the real port when 0 was asked for)."""
+        host, port = self._http.server_address[:2]
+        return f"http://{host!s}:{port}/metrics"
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        self._http.shutdown()
+        self._http.server_close()
+
+
+def exposition(source: Any) -> tuple[bytes, str]:
+    """``source``'s metrics in the Prometheus text format, with its content type."""
+    return generate_latest(source), CONTENT_TYPE
+
+
+__all__ = [
+    "BUCKETS",
+    "CONTENT_TYPE",
+    "COUNT_CAP",
+    "STATUSES",
+    "Exposition",
+    "MetricsServeError",
+    "MetricsServer",
+    "PrometheusObserver",
+    "QueueCollector",
+    "exposition",
+    "families",
+    "merge",
+]

@@ -1,0 +1,33 @@
+"""The metrics verb of PostgresStore (statement in ``sql/queries/metrics.sql``).
+
+Read by :class:`golemq_pg.metrics.QueueCollector` at every scrape, so it must stay bounded on
+a jobs table of millions of rows: the statement reads the partial indexes by descents and
+capped ranges (see its header), never the table.
+"""
+
+from __future__ import annotations
+
+from golemq_pg.store.port import LOST_AFTER_BEATS, TypeGauges
+from golemq_pg.store.postgres._connections import StoreConnections
+
+
+class MetricsVerbs(StoreConnections):
+    """``metrics_type_gauges``."""
+
+    def metrics_type_gauges(self, cap: int) -> list[TypeGauges]:
+        """Per type, by name: capped counts, oldest due age, paused (one statement)."""
+        found = self._fetch(
+            "metrics_type_gauges", {"cap": int(cap), "lost_after": float(LOST_AFTER_BEATS)}
+        )
+        return [
+            TypeGauges(
+                type=str(name), pending=int(pending), scheduled=int(scheduled),
+                running=int(running), failed=int(failed),
+                oldest_due_age=None if age is None else max(float(age), 0.0),
+                paused=bool(paused),
+            )
+            for name, pending, scheduled, running, failed, age, paused in found
+        ]
+
+
+__all__ = ["MetricsVerbs"]
