@@ -41,6 +41,6 @@ def confirm_order(job: JobEvent[ConfirmPayload]) -> dict[str, str]:
 
 def build_worker() -> Worker:
     """A Worker on the project's store with the order handlers registered."""
-    worker = Worker(get_store(), poll_interval=1.0)
+    worker = Worker(get_store())
     worker.handler(OrderConfirm, concurrency=4, timeout=30)(confirm_order)
     return worker
