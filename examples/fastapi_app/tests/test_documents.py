@@ -5,8 +5,8 @@ job's result with a timeout. Real PostgreSQL throughout."""
 import hashlib
 import subprocess
 
+import httpx
 import psycopg
-from fastapi.testclient import TestClient
 
 from golemq_pg import JobStatus, Queue
 
@@ -25,7 +25,7 @@ def all_jobs(queue: Queue) -> int:
 
 
 def test_a_created_document_commits_with_its_summarize_job(
-    client: TestClient, queue: Queue, database: psycopg.Connection
+    client: httpx.Client, queue: Queue, database: psycopg.Connection
 ) -> None:
     response = client.post("/documents", json={"title": "committed", "body": "One. Two."})
     assert response.status_code == 201
@@ -37,7 +37,7 @@ def test_a_created_document_commits_with_its_summarize_job(
 
 
 def test_a_failed_import_leaves_no_document_and_no_job(
-    client: TestClient, queue: Queue, database: psycopg.Connection
+    client: httpx.Client, queue: Queue, database: psycopg.Connection
 ) -> None:
     jobs_before = all_jobs(queue)
     response = client.post("/documents/import", json=[
@@ -51,7 +51,7 @@ def test_a_failed_import_leaves_no_document_and_no_job(
 
 
 def test_a_successful_import_commits_every_document_with_its_job(
-    client: TestClient, queue: Queue
+    client: httpx.Client, queue: Queue
 ) -> None:
     response = client.post("/documents/import", json=[
         {"title": "batch-1", "body": "x"}, {"title": "batch-2", "body": "y"},
@@ -64,7 +64,7 @@ def test_a_successful_import_commits_every_document_with_its_job(
 
 
 def test_an_invalid_document_is_refused_and_enqueues_nothing(
-    client: TestClient, queue: Queue
+    client: httpx.Client, queue: Queue
 ) -> None:
     jobs_before = all_jobs(queue)
     assert client.post("/documents", json={"title": "", "body": "x"}).status_code == 422
@@ -73,7 +73,7 @@ def test_an_invalid_document_is_refused_and_enqueues_nothing(
 
 
 def test_the_async_handler_summarizes_in_the_worker_process(
-    client: TestClient, worker_process: subprocess.Popen[bytes]
+    client: httpx.Client, worker_process: subprocess.Popen[bytes]
 ) -> None:
     body = "Queues are useful. They decouple work from requests and retry it."
     created = client.post("/documents", json={"title": "summarized", "body": body}).json()
@@ -86,7 +86,7 @@ def test_the_async_handler_summarizes_in_the_worker_process(
 
 
 def test_the_sync_transactional_handler_renders_in_the_worker_process(
-    client: TestClient, worker_process: subprocess.Popen[bytes]
+    client: httpx.Client, worker_process: subprocess.Popen[bytes]
 ) -> None:
     created = client.post("/documents", json={"title": "Report", "body": "All good."}).json()
     enqueued = client.post(f"/documents/{created['id']}/render")
@@ -98,12 +98,12 @@ def test_the_sync_transactional_handler_renders_in_the_worker_process(
     assert client.get(f"/documents/{created['id']}").json()["rendered_sha256"] == expected
 
 
-def test_rendering_an_unknown_document_is_404(client: TestClient) -> None:
+def test_rendering_an_unknown_document_is_404(client: httpx.Client) -> None:
     assert client.post("/documents/999999999/render").status_code == 404
 
 
 def test_waiting_past_the_timeout_answers_202_with_the_jobs_state(
-    client: TestClient, queue: Queue
+    client: httpx.Client, queue: Queue
 ) -> None:
     # Due in an hour: no worker runs it while the client waits.
     job_id = queue.add("document.render", {"document_id": 1}, delay=3600)
@@ -113,15 +113,15 @@ def test_waiting_past_the_timeout_answers_202_with_the_jobs_state(
     assert response.json()["status"] == JobStatus.PENDING.value
 
 
-def test_waiting_for_an_unknown_job_is_404(client: TestClient) -> None:
+def test_waiting_for_an_unknown_job_is_404(client: httpx.Client) -> None:
     assert client.get("/jobs/999999999/result", params={"timeout": 0.2}).status_code == 404
 
 
-def test_a_wait_longer_than_the_cap_is_refused(client: TestClient) -> None:
+def test_a_wait_longer_than_the_cap_is_refused(client: httpx.Client) -> None:
     assert client.get("/jobs/1/result", params={"timeout": 31}).status_code == 422
 
 
-def test_the_dashboard_is_mounted_under_queue(client: TestClient, queue: Queue) -> None:
+def test_the_dashboard_is_mounted_under_queue(client: httpx.Client, queue: Queue) -> None:
     created = client.post("/documents", json={"title": "dashboard", "body": "secret"}).json()
     assert client.get("/queue/healthz").status_code == 200
     overview = client.get("/queue/")
