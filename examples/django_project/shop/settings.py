@@ -1,0 +1,55 @@
+"""Settings of the shop example: one PostgreSQL database for the app and its queue.
+
+The database comes from ``$GOLEMQ_DSN`` (a libpq URI or key=value string), the same variable
+the ``golemq-pg`` command line reads, so ``golemq-pg stats`` looks at this project's queue.
+"""
+
+import os
+
+from psycopg.conninfo import conninfo_to_dict
+
+GOLEMQ_DSN = os.environ.get("GOLEMQ_DSN", "postgresql://postgres@127.0.0.1:5432/shop")
+# The queue's tables live in their own schema, next to Django's tables in `public`.
+GOLEMQ_SCHEMA = os.environ.get("GOLEMQ_SCHEMA", "golemq")
+
+_db = conninfo_to_dict(GOLEMQ_DSN)
+# Everything else in the DSN (sslmode, connect_timeout, ...) goes to psycopg as it is.
+_LIBPQ_OPTIONS = {
+    key: value
+    for key, value in _db.items()
+    if key not in {"dbname", "user", "password", "host", "port"}
+}
+
+DATABASES = {
+    "default": {
+        # Django picks its psycopg 3 driver when psycopg (3) is installed.
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": _db.get("dbname", "shop"),
+        "USER": _db.get("user", ""),
+        "PASSWORD": _db.get("password", ""),
+        "HOST": _db.get("host", ""),
+        "PORT": _db.get("port", ""),
+        "OPTIONS": _LIBPQ_OPTIONS,
+        # Worker threads keep their connection between jobs (checked before reuse).
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }
+}
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-example-key-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+INSTALLED_APPS = ["orders"]
+MIDDLEWARE: list[str] = []
+ROOT_URLCONF = "shop.urls"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+}
