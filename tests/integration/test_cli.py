@@ -326,6 +326,21 @@ def test_worker_command_runs_an_imported_worker_and_stops_on_sigterm(
                        for pid in children)
 
 
+def _talks_to_postgres(pid: int) -> bool:
+    """Whether process ``pid`` holds a connection to a PostgreSQL server (TCP or socket)."""
+    try:
+        found = psutil.Process(pid).net_connections(kind="all")
+    except psutil.Error:
+        return False
+    for conn in found:
+        address = conn.raddr
+        if isinstance(address, str) and ".s.PGSQL." in address:
+            return True
+        if isinstance(address, tuple) and len(address) == 2 and address[1] == 5432:
+            return True
+    return False
+
+
 def test_stats_watch_refreshes_until_interrupted(pg_dsn: str, migrated: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
     env["GOLEMQ_DSN"] = pg_dsn
@@ -335,9 +350,13 @@ def test_stats_watch_refreshes_until_interrupted(pg_dsn: str, migrated: str) -> 
         text=True,
     )
     try:
-        # It keeps running (refreshing) until interrupted: still alive after a few refreshes.
+        # It keeps running (refreshing) until interrupted: still alive a few refreshes after
+        # it reached the database (waited for: a loaded machine may take seconds to import;
+        # rich's Live draws nothing on a pipe before it ends, so its output cannot tell).
+        wait_until(lambda: _talks_to_postgres(proc.pid), timeout=60,
+                   what="stats --watch connecting")
         with pytest.raises(subprocess.TimeoutExpired):
-            proc.wait(timeout=1.5)
+            proc.wait(timeout=1.0)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
