@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -28,8 +28,8 @@ from golemq_pg.store.postgres import _cancel, _control, _registry, _schedules
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
-    DEFAULT_TCP_USER_TIMEOUT,
     ConnectionOptions,
+    ConnectOptions,
     ensure_utc,
     pool_options,
 )
@@ -100,30 +100,18 @@ class AsyncPostgresStore:
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
-        statement_timeout: float = 30.0,
-        lock_timeout: float = 10.0,
-        idle_in_transaction_session_timeout: float = 60.0,
-        application_name: str = "golemq-pg",
-        prepare: bool = True,
-        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
+        **options: Unpack[ConnectOptions],
     ) -> AsyncPostgresStore:
         """A store owning an ``AsyncConnectionPool`` to ``dsn`` (closed by :meth:`close`);
         the options as for ``PostgresStore.connect`` (timeouts in seconds, 0 disables;
         ``application_name``; ``prepare=False`` behind a pooler that cannot hold prepared
         statements; ``tcp_user_timeout``: keepalives bounding a half-open connection)."""
         check_schema(schema)
-        options = ConnectionOptions(
-            prepare=prepare,
-            application_name=application_name,
-            statement_timeout=statement_timeout,
-            lock_timeout=lock_timeout,
-            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
-            tcp_user_timeout=tcp_user_timeout,
-        )
+        chosen = ConnectionOptions(**options)
         settings = pool_options(schema=schema, min_size=min_size, max_size=max_size,
-                                options=options, dsn=dsn)
+                                options=chosen, dsn=dsn)
         statement = queries_for(schema)["session_settings"]
-        params = options.session_params()
+        params = chosen.session_params()
 
         async def setup(conn: psycopg.AsyncConnection[Any]) -> None:
             # The same session settings as PostgresStore's connections (session_setup).

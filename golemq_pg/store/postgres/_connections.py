@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar
 
 import psycopg
 import structlog
@@ -206,6 +206,20 @@ class ConnectionOptions:
             "ka_count": server.get("tcp_keepalives_count"),
             "user_timeout": server.get("tcp_user_timeout"),
         }
+
+
+class ConnectOptions(TypedDict, total=False):
+    """The connection options of ``PostgresStore.connect`` and ``AsyncPostgresStore.connect``
+    (the fields of :class:`ConnectionOptions`, with its defaults): ``statement_timeout``,
+    ``lock_timeout``, ``idle_in_transaction_session_timeout`` (seconds, 0 disables),
+    ``application_name``, ``prepare`` and ``tcp_user_timeout``."""
+
+    statement_timeout: float
+    lock_timeout: float
+    idle_in_transaction_session_timeout: float
+    application_name: str
+    prepare: bool
+    tcp_user_timeout: float
 
 
 class UtcTimestamptzLoader(TimestamptzLoader):

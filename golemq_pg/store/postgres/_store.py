@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import orjson
 import psycopg
@@ -45,10 +45,10 @@ from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
-    DEFAULT_TCP_USER_TIMEOUT,
     RETRYABLE,
     WRITE_ATTEMPTS,
     ConnectionOptions,
+    ConnectOptions,
     Shared,
     open_pool,
     session_setup,
@@ -92,18 +92,15 @@ class PostgresStore(
         schema: str = "golemq",
         min_size: int = 1,
         max_size: int = 10,
-        statement_timeout: float = 30.0,
-        lock_timeout: float = 10.0,
-        idle_in_transaction_session_timeout: float = 60.0,
         rate_window: float = 60.0,
-        application_name: str = "golemq-pg",
-        prepare: bool = True,
         listen_dsn: str | None = None,
-        tcp_user_timeout: float = DEFAULT_TCP_USER_TIMEOUT,
+        **options: Unpack[ConnectOptions],
     ) -> PostgresStore:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
-        Timeouts are seconds, set on every pooled connection once it opens (0 disables).
+        ``options`` (``ConnectOptions``): ``statement_timeout`` (30), ``lock_timeout`` (10),
+        ``idle_in_transaction_session_timeout`` (60), in seconds, set on every pooled
+        connection once it opens (0 disables); ``application_name`` ("golemq-pg").
         ``prepare=False``: no server-side prepared statements (PgBouncer < 1.21 in transaction
         mode). ``listen_dsn``: where the LISTEN connections go (workers' wake-ups, waits)
         instead of ``dsn``, e.g. the database directly while ``dsn`` is PgBouncer.
@@ -115,23 +112,16 @@ class PostgresStore(
         check_schema(schema)
         if listen_dsn is not None:
             check_dsn(listen_dsn, "listen_dsn")
-        options = ConnectionOptions(
-            prepare=prepare,
-            application_name=application_name,
-            statement_timeout=statement_timeout,
-            lock_timeout=lock_timeout,
-            idle_in_transaction_session_timeout=idle_in_transaction_session_timeout,
-            tcp_user_timeout=tcp_user_timeout,
-        )
-        setup = session_setup(schema, options)
+        settings = ConnectionOptions(**options)
+        setup = session_setup(schema, settings)
         pool = open_pool(dsn, schema=schema, min_size=min_size, max_size=max_size,
-                         setup=setup, options=options)
+                         setup=setup, options=settings)
         store = cls(pool, schema=schema, rate_window=rate_window)
         store._shared.setup = setup
         store._shared.dsn = dsn
         store._shared.listen_dsn = listen_dsn
         store._shared.owns_pool = True
-        store._shared.claimer.prepare = prepare
+        store._shared.claimer.prepare = settings.prepare
         return store
 
     def with_connection(self, conn: psycopg.Connection[Any]) -> PostgresStore:
