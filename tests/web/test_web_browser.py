@@ -30,6 +30,9 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "browser"
 def browser_page() -> Iterator[Any]:
     """A page of a headless Chromium (skipped where no Chromium is installed)."""
     if not shutil.which(CHROMIUM):
+        # CI installs Chromium and sets GOLEMQ_REQUIRE_CHROMIUM: there a missing one fails.
+        if os.environ.get("GOLEMQ_REQUIRE_CHROMIUM"):
+            pytest.fail(f"no Chromium at {CHROMIUM}")
         pytest.skip(f"no Chromium at {CHROMIUM} (.ci/run installs Debian's chromium)")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
