@@ -337,7 +337,7 @@ def _chunks(items: list[Any]) -> list[list[Any]]:
 def _result_chunks(items: list[Any]) -> list[list[Any]]:
     """Completions in statements of at most ``_CHUNK`` items and, when they carry results,
     about ``_CHUNK_RESULT_BYTES`` of them (so large results never make a huge statement)."""
-    if not any(type(item) is ResultRef for item in items):
+    if ResultRef not in set(map(type, items)):  # C speed: no per-item Python loop
         return _chunks(items)
     chunks: list[list[Any]] = [[]]
     size = 0

@@ -50,6 +50,7 @@ from golemq_pg.worker.eventloop import EventLoop
 from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
 from golemq_pg.worker.execution import Executor
 from golemq_pg.worker.handlers import HandlerRegistry, build_spec
+from golemq_pg.worker.heap import freeze_startup_heap
 from golemq_pg.worker.leases import LeaseRenewer
 from golemq_pg.worker.listener import ListenerThread, open_listener
 from golemq_pg.worker.maintenance import Maintenance
@@ -306,6 +307,9 @@ class Worker:
             if self._state == "stopping":  # pragma: no cover - excluded by _stop_lock
                 raise RuntimeError("the worker is stopping")
             self._check_startup()
+            # The heap that exists before the first worker starts is left out of the
+            # cyclic collector's scans from now on (see golemq_pg.worker.heap).
+            freeze_startup_heap()
             self._stop_requested.clear()
             self._hurry.clear()
             self._launch()

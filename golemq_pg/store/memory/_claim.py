@@ -265,7 +265,7 @@ class ClaimPass:
             attempt=row.attempts,
             max_attempts=row.max_attempts,
             priority=row.priority,
-            lease_token=row.lease_token,
+            token=row.lease_token,
             enqueued_at=row.created_at,
             lease_expires_at=row.lease_expires_at,
             trace_context=copy_trace(row.trace_context),

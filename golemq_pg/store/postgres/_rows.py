@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -61,6 +62,10 @@ def int_id(value: str) -> int | None:
     return number if -(2**63) <= number < 2**63 else None
 
 
+#: A comma-separated list of decimal ids that each fit a bigint (see :func:`_plain_id`).
+_PLAIN_IDS = re.compile(r"[0-9]{1,18}(?:,[0-9]{1,18})*", re.ASCII)
+
+
 def _plain_id(value: str) -> bool:
     """A decimal string that fits a bigint: what our ids look like."""
     return 0 < len(value) < 19 and value.isascii() and value.isdigit()
@@ -70,10 +75,14 @@ def lease_args(owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]) -> 
     """The owner, ids and tokens parameters of a fenced lease write or lookup."""
     # Ids and tokens travel as text array literals ("{1,2,3}", cast to bigint[] in SQL):
     # psycopg dumps a Python list element by element, which costs more than the statement
-    # for a batch of a hundred. Ids are our decimal strings; one that cannot be ours becomes
-    # -1, which matches no job.
-    ids = ",".join(i.id if _plain_id(i.id) else "-1" for i in items)
-    tokens = ",".join(str(int(i.token)) for i in items)
+    # for a batch of a hundred. Ids are our decimal strings, checked all at once with one
+    # pattern (per id, the check cost as much as the rest of the statement's arguments);
+    # only a batch with an id that cannot be ours is checked id by id, and such an id
+    # becomes -1, which matches no job.
+    ids = ",".join([i.id for i in items])
+    if _PLAIN_IDS.fullmatch(ids) is None:
+        ids = ",".join([i.id if _plain_id(i.id) else "-1" for i in items])
+    tokens = ",".join(map(str, map(int, [i.token for i in items])))
     return {"owner": owner, "ids": "{" + ids + "}", "tokens": "{" + tokens + "}"}
 
 
@@ -103,13 +112,13 @@ def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
     scope_id = row[offset + 4]
     return ClaimedJob(
         str(row[offset]),
+        row[offset + 8],  # lease token
         row[offset + 1],
         _loads(row[offset + 2]),
         None if scope_type is None or scope_id is None else Scope(scope_type, scope_id),
         row[offset + 5],  # attempts: this claim's attempt number
         row[offset + 6],
         row[offset + 7],
-        row[offset + 8],  # lease token
         row[offset + 9],  # created_at: enqueued_at
         row[offset + 10],
         None if row[offset + 12] is None else _loads(row[offset + 12]),  # trace context
