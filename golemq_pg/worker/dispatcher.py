@@ -301,18 +301,33 @@ class ClaimLoop(Service):
         counts: dict[str, int] = {}
         groups: dict[tuple[str, Any], list[ClaimedJob]] = {}
         strays: list[ClaimedJob] = []
+        # Split by type first, then make the units of each type in a tight loop: per job,
+        # only the unit, its registration and the buffer put (each type has its own
+        # buffer, so the claim order within a type is kept).
+        by_type: dict[str, list[ClaimedJob]] = {}
         for job in jobs:
-            pool = pools.get(job.type)
+            typed = by_type.get(job.type)
+            if typed is None:
+                by_type[job.type] = [job]
+            else:
+                typed.append(job)
+        for job_type, typed in by_type.items():
+            pool = pools.get(job_type)
             if pool is None:
-                strays.append(job)
+                strays.extend(typed)
                 continue
             if pool.spec.grouped:
-                groups.setdefault((job.type, job.scope), []).append(job)
+                for job in typed:
+                    groups.setdefault((job_type, job.scope), []).append(job)
                 continue
-            unit = Unit(pool, (job,), claimed_at + pool.lease_seconds, received)
-            pool.active[unit.key] = unit
-            pool.buffer.put(unit)
-            counts[job.type] = counts.get(job.type, 0) + 1
+            deadline = claimed_at + pool.lease_seconds
+            active = pool.active
+            put = pool.buffer.put
+            for job in typed:
+                unit = Unit(pool, (job,), deadline, received)
+                active[unit.key] = unit
+                put(unit)
+            counts[job_type] = len(typed)
         for (job_type, _), members in groups.items():
             pool = pools[job_type]
             # Arrival order: the store returns claim order (priority, run_at, id); ids are

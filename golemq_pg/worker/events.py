@@ -187,6 +187,35 @@ class JobEvent(Generic[P]):
         )
 
 
+_new = object.__new__
+
+
+def claimed_event(job: Any, signal: CancelSignal, reporter: ProgressSink) -> JobEvent[Any]:
+    """The JobEvent of a claimed job (a ``ClaimedJob``) whose progress goes to ``reporter``.
+
+    Built once per job on the drain's hot path, so it sets the slots directly: the keyword
+    ``__init__`` cost three times as much (1.8 us against 0.57 us under timeit).
+    """
+    event: JobEvent[Any] = _new(JobEvent)
+    event.id = job.id
+    event.type = job.type
+    event.payload = job.payload
+    event.attempt = job.attempt
+    event.max_attempts = job.max_attempts
+    event.scope = job.scope
+    event.signal = signal
+    event.priority = job.priority
+    event.enqueued_at = job.enqueued_at
+    event.connection = None
+    event._reporter = reporter
+    event._token = job.token
+    event._progress_lock = None
+    event._progress_pending = None
+    event._progress_at = -math.inf
+    event._progress_scheduled = False
+    return event
+
+
 class BatchEvent(Generic[P]):
     """All due jobs of one ``(type, scope)`` group, delivered to a grouped handler at once.
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from golemq_pg import _trace_hook
 from golemq_pg.worker.backoff import HandlerReturnedFalse, encoded_result
-from golemq_pg.worker.events import BatchEvent, JobEvent, ProgressSink
+from golemq_pg.worker.events import BatchEvent, ProgressSink, claimed_event
 from golemq_pg.worker.units import ABANDONED, FINISHED, RUNNING, Slot, Unit, UnitPool
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ class Executor:
     ) -> None:
         self.lock = runtime.lock
         self.hub = runtime.hub
+        #: Whether any observer is attached (fixed for the worker's life): read per job.
+        self.observed = bool(runtime.hub)
         self.supervisor = supervisor
         self.reporter = reporter
         # The bound method, looked up once rather than per job.
@@ -109,19 +111,20 @@ class Executor:
             supervisor = self.supervisor
             if deadline < supervisor.planned:
                 supervisor.kick()
-        events = [_job_event(reporter, job, unit) for job in unit.jobs]
-        hub = self.hub
-        if hub:
+        if self.observed:
+            hub = self.hub
             buffered = started - unit.claimed_at if unit.claimed_at else 0.0
             for job in unit.jobs:
                 hub.emit(job.id, job.type, job.scope, "started", job.attempt,
                          wait=job.waited + buffered)
+        signal = unit.signal
         if spec.grouped:
             return BatchEvent(
-                type=pool.type, scope=unit.jobs[0].scope, jobs=events, attempt=unit.attempt,
-                signal=unit.signal,
+                type=pool.type, scope=unit.jobs[0].scope,
+                jobs=[claimed_event(job, signal, reporter) for job in unit.jobs],
+                attempt=unit.attempt, signal=signal,
             )
-        return events[0]
+        return claimed_event(unit.jobs[0], signal, reporter)
 
     def ended(
         self, pool: SlotPool, unit: Unit, result: object, error: BaseException | None
@@ -159,23 +162,6 @@ class Executor:
         if won:
             self._decide(unit, error)
         pool.active.pop(unit.key, None)
-
-
-def _job_event(reporter: ProgressSink, job: Any, unit: Unit) -> JobEvent[Any]:
-    event: JobEvent[Any] = JobEvent(
-        id=job.id,
-        type=job.type,
-        payload=job.payload,
-        attempt=job.attempt,
-        max_attempts=job.max_attempts,
-        scope=job.scope,
-        signal=unit.signal,
-        priority=job.priority,
-        enqueued_at=job.enqueued_at,
-    )
-    event._reporter = reporter
-    event._token = job.lease_token
-    return event
 
 
 __all__ = ["Executor", "SlotPool"]
