@@ -224,12 +224,15 @@ class Claimer:
         managed: bool,
     ) -> list[ClaimedJob]:
         params = self.fast_params(owner, slots)
+        # Rows in the binary format: the client parses a claimed row in about two thirds
+        # of the time it takes from text (timestamps and integers most of all; measured
+        # on a 500-row claim), on the claim loop's thread, the drain's busiest.
         if managed and not conn.autocommit:
             with conn.transaction():
-                rows = conn.execute(self._q["job_claim"], params).fetchall()
+                rows = conn.execute(self._q["job_claim"], params, binary=True).fetchall()
         else:
             # Autocommit: the single statement is its own transaction (one round trip).
-            rows = conn.execute(self._q["job_claim"], params).fetchall()
+            rows = conn.execute(self._q["job_claim"], params, binary=True).fetchall()
         return [claimed(row) for row in rows]
 
     def _run_guarded(

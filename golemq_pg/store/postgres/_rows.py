@@ -103,7 +103,7 @@ def decode_json(text: str | None) -> Any:
 
 
 def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
-    """A ClaimedJob from the columns of ``fragment_claimed_columns`` starting at ``offset``.
+    """A ClaimedJob from the columns of ``fragment_claimed_output`` starting at ``offset``.
 
     Called once per claimed row on the claim loop's thread, which is the drain's bottleneck:
     positional arguments and no slicing (a third cheaper than keywords over a slice).
@@ -121,8 +121,8 @@ def claimed(row: Sequence[Any], offset: int = 0) -> ClaimedJob:
         row[offset + 7],
         row[offset + 9],  # created_at: enqueued_at
         row[offset + 10],
-        None if row[offset + 12] is None else _loads(row[offset + 12]),  # trace context
-        row[offset + 13],  # waited (offset + 11 is run_at, read only for the claim's order)
+        None if row[offset + 11] is None else _loads(row[offset + 11]),  # trace context
+        row[offset + 12],  # waited
     )
 
 
