@@ -441,6 +441,20 @@ class StoreConnections:
                 log.info("store_write_retried", verb=name, error=type(exc).__name__)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _write_id_text(self, name: str, params: dict[str, Any]) -> set[str]:
+        """:meth:`_write_ids` for a statement returning the ids it changed as one
+        comma-separated text (NULL: none)."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                rows = self._fetch(name, params)
+                text = rows[0][0] if rows else None
+                return set(text.split(",")) if text else set()
+            except RETRYABLE as exc:
+                if self._bound is not None or attempt == WRITE_ATTEMPTS:
+                    raise
+                log.info("store_write_retried", verb=name, error=type(exc).__name__)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def channels(self) -> tuple[str, str]:
         """The NOTIFY channel names (jobs, cancel) of this schema, fetched once."""
         return self._run(plan_channels(self._shared.ctx))

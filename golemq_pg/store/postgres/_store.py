@@ -269,7 +269,7 @@ class PostgresStore(
         # The item types, collected at C speed (a per-item isinstance loop cost more here
         # than the rest of the call): the worker's items are its claimed jobs themselves.
         if not delete_types and ResultRef not in set(map(type, items)):
-            return self._write_ids("job_complete_many", args)  # the hot path
+            return self._write_id_text("job_complete_many", args)  # the hot path
         args["results"] = [
             i.result.decode() if isinstance(i, ResultRef) and i.result is not None else None
             for i in items
