@@ -15,6 +15,7 @@ from benchmarks import dashboard
 from benchmarks.rss import drain_in_child
 from benchmarks.sandbox import Sandbox, sandbox_for
 from benchmarks.systems import System, UnsupportedError, Variant
+from benchmarks.systems.base import LoadedResult, LoadPlan
 from benchmarks.systems.raw_sql import fill_golemq_table
 
 Figures = dict[str, float]
@@ -42,12 +43,17 @@ class Sizes:
     #: Rows of the dashboard scenario's jobs table, and its rounds per route.
     dashboard_rows: int = 1_000_000
     dashboard_rounds: int = 15
+    #: The loaded-latency scenario: the backlog whose drain rate sets the offered load, and
+    #: the producer's tick (one enqueue call every ``loaded_tick`` s, for steady_seconds).
+    loaded_drain: int = 20_000
+    loaded_tick: float = 0.01
 
 
 QUICK = Sizes(drain=2_000, drain_slow=200, steady_seconds=1.0, latency_count=25,
               latency_interval=0.02, bulk=5_000, bulk_slow=1_000, single=200, scale_small=1_000,
               scale_large=10_000, scale_take=1_000, scale_rounds=2,
-              rss=2_000, rss_slow=200, guarded=2_000, dashboard_rows=20_000, dashboard_rounds=3)
+              rss=2_000, rss_slow=200, guarded=2_000, dashboard_rows=20_000, dashboard_rounds=3,
+              loaded_drain=2_000)
 FULL = Sizes(drain=50_000, drain_slow=3_000, steady_seconds=10.0, latency_count=500,
              latency_interval=0.02, bulk=100_000, bulk_slow=20_000, single=2_000,
              scale_small=10_000, scale_large=1_000_000, scale_take=10_000, scale_rounds=3,
@@ -121,6 +127,41 @@ def run_latency(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Fig
     return {"p50_ms": _percentile(seen, 0.50) * 1000, "p95_ms": _percentile(seen, 0.95) * 1000,
             "p99_ms": _percentile(seen, 0.99) * 1000, "mean_ms": statistics.fmean(seen) * 1000,
             "missed": sizes.latency_count - len(seen)}
+
+
+#: The loaded-latency scenario offers this fraction of the drain rate it measures first.
+LOAD_FRACTION = 0.5
+
+
+def loaded_figures(result: LoadedResult, rate: float, drain_per_s: float) -> Figures:
+    """The loaded-latency figures of one run: pickup-latency percentiles of every job the
+    producer enqueued, the rates offered and processed over the producer's window."""
+    probe = result.probe
+    seen = sorted(probe.latencies())
+    if not seen:
+        raise RuntimeError("no job reached its handler")
+    window = result.window_end - result.window_start
+    sent = sum(c is not None for c in probe.committed)
+    in_window = sum(s is not None and s <= result.window_end for s in probe.started)
+    return {"p50_ms": _percentile(seen, 0.50) * 1000, "p95_ms": _percentile(seen, 0.95) * 1000,
+            "p99_ms": _percentile(seen, 0.99) * 1000, "max_ms": seen[-1] * 1000,
+            "processed_per_s": in_window / window, "offered_per_s": sent / window,
+            "target_rate": rate, "drain_per_s": drain_per_s, "jobs": sent,
+            "missed": sent - len(seen)}
+
+
+def run_loaded(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    # The offered load is set from a drain measured in the same sandbox, with the same
+    # configuration, just before: LOAD_FRACTION of it, paced for steady_seconds.
+    n = sizes.loaded_drain
+    with _box(system, dsn, "loaded") as box:
+        system.install(box)
+        system.enqueue_setup(box, n)
+        drain_per_s = n / system.drain(box, variant, n)
+        rate = LOAD_FRACTION * drain_per_s
+        result = system.loaded(box, variant, LoadPlan(rate, sizes.steady_seconds,
+                                                      sizes.loaded_tick))
+    return loaded_figures(result, rate, drain_per_s)
 
 
 def run_bulk(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
@@ -202,6 +243,21 @@ SCENARIOS: tuple[Scenario, ...] = (
              (Metric("p50_ms", "p50 ms", higher_is_better=False),
               Metric("p95_ms", "p95 ms", higher_is_better=False),
               Metric("p99_ms", "p99 ms", higher_is_better=False)), run_latency),
+    Scenario("loaded", "Latency under steady load",
+             "First N no-op jobs are drained (N = 20,000; 2,000 with --quick) to measure the "
+             "configuration's drain rate in this run and sandbox; then, with the consumers "
+             "running, one producer enqueues at half that rate (one enqueue call of "
+             "rate x 10 ms jobs every 10 ms: add_many, PGQueuer's list enqueue, raw INSERT "
+             "... SELECT generate_series) for the steady window (10 s; 1 s with --quick). "
+             "Pickup latency as in the idle scenario, from just before the enqueue call "
+             "(which commits) to the handler starting, for every job the producer sent; "
+             "processed/s and offered/s over the producer's window.",
+             (Metric("p50_ms", "p50 ms", higher_is_better=False),
+              Metric("p95_ms", "p95 ms", higher_is_better=False),
+              Metric("p99_ms", "p99 ms", higher_is_better=False),
+              Metric("processed_per_s", "processed/s"), Metric("offered_per_s", "offered/s"),
+              Metric("drain_per_s", "drain jobs/s")), run_loaded,
+             systems=("raw-sql", "pgqueuer", "golemq-pg")),
     Scenario("bulk", "Bulk enqueue",
              "N jobs through the bulk API (golemq-pg add_many, PGQueuer list enqueue in chunks "
              "of 10k, Procrastinate batch_defer in chunks of 5k, raw COPY).",

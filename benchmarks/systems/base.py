@@ -47,6 +47,62 @@ class SteadyResult:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """A paced producer: ``rate`` jobs/s for ``seconds``, one enqueue call every ``tick`` s.
+
+    By the end of tick ``k`` the producer has sent ``due(k)`` jobs (their payloads' ``i``
+    numbered from 0); a call that comes late carries every job due by then, so a producer
+    slower than its ticks still offers the rate (in fewer, bigger calls).
+    """
+
+    rate: float
+    seconds: float
+    tick: float
+
+    @property
+    def ticks(self) -> int:
+        """How many ticks the producer's window has."""
+        return max(1, round(self.seconds / self.tick))
+
+    @property
+    def total(self) -> int:
+        """Jobs the producer enqueues in all."""
+        return self.due(self.ticks - 1)
+
+    def due(self, k: int) -> int:
+        """Jobs sent by the end of tick ``k`` (rounding carried over, not lost)."""
+        return round(self.rate * self.tick * min(k + 1, self.ticks))
+
+
+class Pacer:
+    """The schedule of one :class:`LoadPlan` as its producer walks it: sleep ``wait()``
+    seconds, then send the ``take()`` jobs, until ``finished``."""
+
+    def __init__(self, plan: LoadPlan) -> None:
+        self.plan = plan
+        self.sent = 0
+        self._tick = 0
+        self.started = time.perf_counter()
+
+    @property
+    def finished(self) -> bool:
+        """Whether every tick has been served."""
+        return self._tick >= self.plan.ticks
+
+    def wait(self) -> float:
+        """Seconds until the next tick is due (0 when late)."""
+        return paced(self.started, self._tick, self.plan.tick)
+
+    def take(self) -> tuple[int, int]:
+        """(first, count): the jobs due now, the late ticks' ones included."""
+        late = int((time.perf_counter() - self.started) / self.plan.tick)
+        k = min(self.plan.ticks - 1, max(self._tick, late))
+        self._tick = k + 1
+        first, self.sent = self.sent, self.plan.due(k)
+        return first, self.sent - first
+
+
 class LatencyProbe:
     """Enqueue-commit and handler-start timestamps (``time.perf_counter``) per job index."""
 
@@ -67,6 +123,16 @@ class LatencyProbe:
         """Seconds from commit to handler start, for the jobs that have both."""
         return [s - c for c, s in zip(self.committed, self.started, strict=True)
                 if c is not None and s is not None]
+
+
+@dataclass
+class LoadedResult:
+    """A paced producer and the consumers together: per-job commit/start times and the
+    producer's window (``time.perf_counter``)."""
+
+    probe: LatencyProbe
+    window_start: float
+    window_end: float
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
@@ -92,6 +158,29 @@ def run_async(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def paced(start: float, index: int, interval: float) -> float:
     """Seconds to sleep so that job ``index`` is sent at ``start + index * interval``."""
     return max(0.0, start + index * interval - time.perf_counter())
+
+
+def stamp(probe: LatencyProbe, first: int, count: int) -> None:
+    """Mark jobs ``first`` .. ``first + count - 1`` as committed now (just before the enqueue
+    call that commits them, as the idle latency scenario does)."""
+    probe.committed[first:first + count] = [time.perf_counter()] * count
+
+
+def produce_paced(plan: LoadPlan, probe: LatencyProbe,
+                  send: Callable[[int, int], object]) -> tuple[float, float]:
+    """Be the producer of ``plan`` on this thread: ``send(first, count)`` enqueues (and
+    commits) the jobs ``first`` .. ``first + count - 1``. Returns the window (start, end):
+    from the first tick to the end of the last one, or to the last call's return when the
+    producer ran late."""
+    pacer = Pacer(plan)
+    while not pacer.finished:
+        time.sleep(pacer.wait())
+        first, count = pacer.take()
+        if count:
+            stamp(probe, first, count)
+            send(first, count)
+    time.sleep(paced(pacer.started, plan.ticks, plan.tick))
+    return pacer.started, time.perf_counter()
 
 
 class System:
@@ -148,6 +237,12 @@ class System:
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         """Commit -> handler-start latencies of ``count`` jobs sent every ``interval`` s."""
+        raise UnsupportedError
+
+    def loaded(self, box: Sandbox, variant: Variant, plan: LoadPlan) -> LoadedResult:
+        """The consumers running while a producer enqueues as ``plan`` says (each call's jobs
+        stamped ``committed`` just before the call, as in :meth:`latency`); returns once
+        every enqueued job's handler has started (or a timeout passed)."""
         raise UnsupportedError
 
 

@@ -13,11 +13,14 @@ from benchmarks.sandbox import Sandbox
 from benchmarks.systems.base import (
     JOB_TYPE,
     LatencyProbe,
+    LoadedResult,
+    LoadPlan,
     SteadyResult,
     System,
     UnavailableError,
     Variant,
     paced,
+    produce_paced,
     run_async,
     wait_until,
 )
@@ -29,6 +32,11 @@ POOL_OPEN_CAP = 5_000
 #: Scopes the serialize_by_scope scenario spreads its jobs over.
 SCOPES = 1000
 BULK_CHUNK = 50_000
+#: The drain variants with every operating-surface feature on (keys; report.py names them).
+FEATURES_SUFFIX = "+all"
+FEATURES_ON = f"c{CONCURRENCY}{FEATURES_SUFFIX}"
+#: What the every-feature-on handler returns: a small JSON result, stored with each job.
+RESULT = {"ok": True}
 
 
 def _quiet_logs() -> None:
@@ -65,6 +73,18 @@ async def _async_enqueue(box: Sandbox, work: Any) -> float:
         started = time.perf_counter()
         await work(queue)
         return time.perf_counter() - started
+
+
+def _count_results(box: Sandbox) -> int:
+    """Rows of the sandbox's jobs table that carry a result (checked after a drain, not
+    timed)."""
+    import psycopg  # noqa: PLC0415
+    from psycopg import sql  # noqa: PLC0415
+
+    with psycopg.connect(box.dsn) as conn:
+        rows = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE result IS NOT NULL").format(
+            sql.Identifier(box.schema_name, "jobs"))).fetchall()
+    return int(rows[0][0])
 
 
 class _Counter:
@@ -134,6 +154,7 @@ class GolemqSystem(System):
             return [Variant(self.name, "notify", "golemq-pg LISTEN/NOTIFY (poll 0.5 s)", base),
                     Variant(self.name, "poll", "golemq-pg poll-only (poll 0.5 s)",
                             {**base, "notify": False})]
+        features = {"prometheus": True, "result": True}
         if scenario == "drain":
             # The default claims adaptively, up to 500 jobs a claim; batch_size=100 is the
             # configuration to set against the ceiling's B=100 (BENCHMARKS.md: "at the same
@@ -153,7 +174,18 @@ class GolemqSystem(System):
                     # The same drain with golemq_pg.metrics.PrometheusObserver attached.
                     Variant(self.name, f"c{CONCURRENCY}+prometheus",
                             f"golemq-pg concurrency {CONCURRENCY}, PrometheusObserver",
-                            {**base, "prometheus": True}, full_only=True)]
+                            {**base, "prometheus": True}, full_only=True),
+                    # Every operating-surface feature on: a result stored per job and the
+                    # PrometheusObserver (the registry heartbeat and the completion NOTIFY
+                    # are always on), at the default claim cap and at batch_size 100, each
+                    # set against the raw loop at the same claim batch size.
+                    Variant(self.name, FEATURES_ON, f"golemq-pg concurrency {CONCURRENCY}, "
+                            "every feature on (result stored, PrometheusObserver)",
+                            {**base, **features}),
+                    Variant(self.name, f"c{CONCURRENCY}b100{FEATURES_SUFFIX}",
+                            f"golemq-pg concurrency {CONCURRENCY}, batch_size 100, every "
+                            "feature on (result stored, PrometheusObserver)",
+                            {**base, **features, "batch_size": 100}, full_only=True)]
         if scenario == "guarded":
             bunched = {**base, "scopes": SCOPES}
             spread = {**bunched, "interleaved": True}
@@ -216,12 +248,17 @@ class GolemqSystem(System):
         def noop(job: Any) -> None:
             on_job(job)
 
+        def with_result(job: Any) -> dict[str, bool]:
+            on_job(job)
+            return RESULT
+
         async def noop_async(job: Any) -> None:
             on_job(job)
 
+        handler = noop_async if opts.get("async") else with_result if opts.get("result") else noop
         worker.handler(JOB_TYPE, concurrency=opts["concurrency"],
                        serialize_by_scope=bool(opts.get("serialize_by_scope")),
-                       )(noop_async if opts.get("async") else noop)
+                       )(handler)
         return worker
 
     # -- System -----------------------------------------------------------------------------
@@ -306,6 +343,10 @@ class GolemqSystem(System):
         if counter.value != n or succeeded != n:
             raise RuntimeError(f"golemq-pg ran {counter.value} and recorded {succeeded} "
                                f"succeeded of {n} jobs")
+        if variant.options.get("result"):
+            stored = _count_results(box)
+            if stored != n:
+                raise RuntimeError(f"golemq-pg stored {stored} results of {n} jobs")
         return elapsed
 
     def drain_partial(self, box: Sandbox, variant: Variant, k: int) -> float:
@@ -353,6 +394,25 @@ class GolemqSystem(System):
                 stop.set()
                 worker.stop()
         return result
+
+    def loaded(self, box: Sandbox, variant: Variant, plan: LoadPlan) -> LoadedResult:
+        queue_cls = _api()[1]
+        probe = LatencyProbe(plan.total)
+        with self._store(box) as store:
+            queue = queue_cls(store)
+
+            def send(first: int, count: int) -> None:
+                queue.add_many(JOB_TYPE, [{"i": i} for i in range(first, first + count)])
+
+            worker = self._worker(store, variant, lambda job: probe.start(job.payload["i"]))
+            worker.start()
+            try:
+                time.sleep(0.3)  # let the worker reach its idle wait
+                window = produce_paced(plan, probe, send)
+                wait_until(probe.done, timeout=10 + 2 * variant.options["poll"], interval=0.02)
+            finally:
+                worker.stop()
+        return LoadedResult(probe, *window)
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         queue_cls = _api()[1]

@@ -19,6 +19,9 @@ from benchmarks.sandbox import Sandbox
 from benchmarks.systems.base import (
     JOB_TYPE,
     LatencyProbe,
+    LoadedResult,
+    LoadPlan,
+    Pacer,
     SteadyResult,
     System,
     UnavailableError,
@@ -26,6 +29,7 @@ from benchmarks.systems.base import (
     paced,
     payload_text,
     run_async,
+    stamp,
 )
 
 #: How many jobs one bulk ``enqueue`` call carries (PGQueuer takes lists and UNNESTs them).
@@ -224,6 +228,59 @@ class PgQueuerSystem(System):
             return result
 
         return run_async(main)
+
+    def loaded(self, box: Sandbox, variant: Variant, plan: LoadPlan) -> LoadedResult:
+        probe = LatencyProbe(plan.total)
+        ready = threading.Event()
+        window: list[float] = []
+
+        async def produce() -> None:
+            # produce_paced, awaited: one list enqueue per tick (late: the due jobs).
+            conn = await _connect(box)
+            try:
+                queries = _queries(conn)
+                pacer = Pacer(plan)
+                while not pacer.finished:
+                    await asyncio.sleep(pacer.wait())
+                    first, count = pacer.take()
+                    if count:
+                        stamp(probe, first, count)
+                        await queries.enqueue(
+                            [JOB_TYPE] * count,
+                            [payload_text(i).encode() for i in range(first, first + count)],
+                            [0] * count)
+                await asyncio.sleep(paced(pacer.started, plan.ticks, plan.tick))
+                window.extend((pacer.started, time.perf_counter()))
+            finally:
+                await conn.close()
+
+        def on_job(job: Any) -> None:
+            probe.start(json.loads(job.payload)["i"])
+
+        async def main() -> None:
+            consumers = _Consumers(on_job)
+            await consumers.open(box, variant.options["consumers"])
+            running = asyncio.ensure_future(consumers.run(variant.options["batch"], drain=False))
+            await asyncio.sleep(0.3)  # let the managers reach their idle LISTEN wait
+            ready.set()
+            deadline = time.perf_counter() + plan.seconds + 10
+            while (not window or not probe.done()) and time.perf_counter() < deadline:
+                await asyncio.sleep(0.02)
+            consumers.stop()
+            await running
+            await consumers.close()
+
+        def producer_thread() -> None:
+            ready.wait()
+            run_async(produce)
+
+        producer = threading.Thread(target=producer_thread, daemon=True)
+        producer.start()
+        run_async(main)
+        producer.join()
+        if not window:
+            raise RuntimeError("PGQueuer's paced producer did not finish")
+        return LoadedResult(probe, window[0], window[1])
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         probe = LatencyProbe(count)

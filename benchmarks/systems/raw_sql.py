@@ -19,11 +19,14 @@ from benchmarks.sandbox import Sandbox, apply_golemq_schema
 from benchmarks.systems.base import (
     JOB_TYPE,
     LatencyProbe,
+    LoadedResult,
+    LoadPlan,
     SteadyResult,
     System,
     Variant,
     paced,
     payload_text,
+    produce_paced,
     wait_until,
 )
 
@@ -55,6 +58,12 @@ INSERT INTO {jobs} (type, payload)
 SELECT %(type)s, jsonb_build_object('i', g) FROM generate_series(1, %(n)s) AS g
 """
 
+_FILL_RANGE = """
+INSERT INTO {jobs} (type, payload)
+SELECT %(type)s, jsonb_build_object('i', g)
+  FROM generate_series(%(first)s::integer, %(last)s::integer) AS g
+"""
+
 _INSERT_ONE = "INSERT INTO {jobs} (type, payload) VALUES (%(type)s, %(payload)s::jsonb)"
 _COPY = "COPY {jobs} (type, payload) FROM STDIN"
 _CHANNEL = "SELECT {fn}('jobs')"
@@ -68,6 +77,7 @@ class _Statements:
         self.claim = sql.SQL(_CLAIM).format(jobs=jobs)
         self.complete = sql.SQL(_COMPLETE).format(jobs=jobs)
         self.fill = sql.SQL(_FILL).format(jobs=jobs)
+        self.fill_range = sql.SQL(_FILL_RANGE).format(jobs=jobs)
         self.insert_one = sql.SQL(_INSERT_ONE).format(jobs=jobs)
         self.copy = sql.SQL(_COPY).format(jobs=jobs)
         self.channel = sql.SQL(_CHANNEL).format(fn=sql.Identifier(schema, "channel_name"))
@@ -133,6 +143,9 @@ class RawSql(System):
         if scenario == "latency":
             return [Variant(self.name, "listen", "raw SQL LISTEN + claim 100",
                             {"batch": 100, "threads": 1}, reference=True)]
+        if scenario == "loaded":
+            return [Variant(self.name, "listen-b100x2", "raw SQL LISTEN + claim 100 x2 threads",
+                            {"batch": 100, "threads": 2}, reference=True)]
         if scenario == "bulk":
             return [Variant(self.name, "copy", "raw SQL COPY", {}, reference=True)]
         if scenario == "single":
@@ -242,6 +255,44 @@ class RawSql(System):
         for consumer in consumers:
             consumer.close()
         return SteadyResult(enqueued=sent, processed=processed, seconds=elapsed)
+
+    def loaded(self, box: Sandbox, variant: Variant, plan: LoadPlan) -> LoadedResult:
+        q = _Statements(box.schema_name)
+        probe = LatencyProbe(plan.total)
+        stop = threading.Event()
+        consumers = [_Consumer(box, variant.options["batch"], f"raw-loaded-{t}")
+                     for t in range(variant.options["threads"])]
+        channel = consumers[0].conn.execute(q.channel).fetchall()[0][0]
+        for consumer in consumers:
+            consumer.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+        def consume(consumer: _Consumer) -> None:
+            # Claim until empty, then wait for the next INSERT's notification.
+            while not stop.is_set():
+                if not consumer.step(lambda payload: probe.start(payload["i"])):
+                    for _note in consumer.conn.notifies(timeout=0.1, stop_after=1):
+                        pass
+
+        threads = [threading.Thread(target=consume, args=(c,), daemon=True) for c in consumers]
+        for thread in threads:
+            thread.start()
+        try:
+            with psycopg.connect(box.dsn, autocommit=True) as conn:
+                time.sleep(0.2)  # let the consumers settle into their idle wait
+
+                def send(first: int, count: int) -> None:
+                    conn.execute(q.fill_range, {"type": JOB_TYPE, "first": first,
+                                                "last": first + count - 1})
+
+                window = produce_paced(plan, probe, send)
+            wait_until(probe.done, timeout=10, interval=0.02)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+            for consumer in consumers:
+                consumer.close()
+        return LoadedResult(probe, *window)
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         q = _Statements(box.schema_name)

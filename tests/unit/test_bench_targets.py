@@ -1,0 +1,224 @@
+"""The benchmark harness's target table (benchmarks/report.py): each target is checked on
+the figures of one run, met or not met with its ratio, and left out where not measured.
+
+The outcomes are built by hand (no database): run i of every configuration stands for the
+same pass of an interleaved run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from benchmarks import report
+from benchmarks.runner import Outcome
+from benchmarks.scenarios import QUICK, scenario_named
+from benchmarks.systems import system_named
+from benchmarks.systems.base import LoadPlan, Pacer
+
+
+def outcome(scenario: str, system: str, key: str, runs: list[dict[str, float]],
+            error: str | None = None) -> Outcome:
+    """The outcome of the harness's own variant ``key`` of ``system`` in ``scenario``."""
+    sys_ = system_named(system)
+    variant = next(v for v in sys_.variants(scenario, quick=False) if v.key == key)
+    return Outcome(scenario_named(scenario), sys_, variant, runs=runs, error=error)
+
+
+def drains(system: str, key: str, *rates: float) -> Outcome:
+    return outcome("drain", system, key, [{"jobs_per_s": r} for r in rates])
+
+
+def by_text(found: list[report.Target], start: str) -> list[report.Target]:
+    return [t for t in found if t.text.startswith(start)]
+
+
+def one(found: list[report.Target], start: str) -> report.Target:
+    rows = by_text(found, start)
+    assert len(rows) == 1, [t.text for t in found]
+    return rows[0]
+
+
+def test_every_feature_drain_is_set_against_raw_at_its_claim_batch_median_of_runs() -> None:
+    found = report.targets([
+        drains("raw-sql", "b500x1", 12_000, 12_000, 12_000),
+        drains("raw-sql", "b500x2", 20_000, 20_000, 20_000),
+        drains("raw-sql", "b100x2", 10_000, 10_000, 10_000),
+        # per-run ratios to the best raw thread count at B=500: 0.85, 0.70, 0.90
+        drains("golemq-pg", "c32+all", 17_000, 14_000, 18_000),
+        # against B=100: 0.75 each run
+        drains("golemq-pg", "c32b100+all", 7_500, 7_500, 7_500),
+    ])
+    default_cap = one(found, "drain >= 0.8x the raw-SQL ceiling at B=500 (every feature on")
+    assert default_cap.ok
+    assert default_cap.source == "issue 19"
+    assert default_cap.ratio == pytest.approx(0.85)
+    assert default_cap.ratio_text == "0.85x raw B=500"
+    assert "17,000 jobs/s" in default_cap.measured
+    assert "20,000 jobs/s" in default_cap.measured
+    b100 = one(found, "drain >= 0.8x the raw-SQL ceiling at B=100 (every feature on")
+    assert not b100.ok
+    assert b100.ratio == pytest.approx(0.75)
+
+
+def test_drain_against_pgqueuer_best_meets_2_5x_and_misses_3x() -> None:
+    found = report.targets([
+        drains("pgqueuer", "2x100", 10_000),
+        drains("pgqueuer", "5x10", 4_000),  # not a reference configuration
+        drains("golemq-pg", "c32", 26_000),
+    ])
+    assert one(found, "drain >= 2.5x PGQueuer's best").ok
+    three = one(found, "drain >= 3x PGQueuer's best")
+    assert not three.ok
+    assert three.ratio == pytest.approx(2.6)
+    assert three.of == "PGQueuer best"
+
+
+def test_observer_and_tracing_drains_are_ratios_to_the_plain_drain() -> None:
+    found = report.targets([
+        drains("golemq-pg", "c32", 20_000, 10_000),
+        drains("golemq-pg", "c32+prometheus", 19_500, 9_750),  # 0.975 both runs
+        drains("golemq-pg", "c32+otel", 16_000, 8_000),  # 0.8 both runs
+        drains("golemq-pg", "c32-async", 15_000, 7_000),  # 0.75, 0.70
+    ])
+    assert one(found, "drain with PrometheusObserver >= 0.95x").ok
+    otel = one(found, "drain with OpenTelemetry tracing >= 0.85x")
+    assert not otel.ok
+    assert otel.ratio == pytest.approx(0.8)
+    assert one(found, "async-handler drain >= 0.7x").ok
+
+
+def test_idle_latency_targets_compare_with_the_raw_listen_loop_and_bounds() -> None:
+    def lat(p50: float, p99: float) -> dict[str, float]:
+        return {"p50_ms": p50, "p95_ms": p99, "p99_ms": p99}
+
+    found = report.targets([
+        outcome("latency", "raw-sql", "listen", [lat(2.0, 3.0)]),
+        outcome("latency", "golemq-pg", "notify", [lat(3.0, 6.0)]),
+    ])
+    relative = one(found, "idle pickup latency p50 <= 1.3x")
+    assert not relative.ok
+    assert relative.ratio == pytest.approx(1.5)
+    p99 = one(found, "idle pickup latency p99 <= 5 ms")
+    assert not p99.ok
+    assert p99.ratio == pytest.approx(6.0 / 5)
+    assert p99.of == "the bound"
+    assert one(found, "latency p99 <= 10 ms").ok
+    assert one(found, "latency p50 <= 3 ms").ok  # at the bound is met
+
+
+@pytest.mark.parametrize(("p99", "met"), [(15.0, True), (20.0, True), (25.0, False)])
+def test_loaded_latency_target_is_p99_at_most_20_ms(p99: float, met: bool) -> None:
+    figures = {"p50_ms": 4.0, "p95_ms": 9.0, "p99_ms": p99, "processed_per_s": 9_000,
+               "offered_per_s": 9_100, "drain_per_s": 18_200}
+    found = report.targets([outcome("loaded", "golemq-pg", "c32", [figures])])
+    row = one(found, "pickup latency p99 <= 20 ms under steady load")
+    assert row.ok is met
+    assert row.measured == f"{p99:.2f} ms"
+    assert "9,000 processed/s" in row.text
+
+
+def test_enqueue_targets_against_pgqueuer_and_the_sync_queue() -> None:
+    def single(adds: float) -> list[dict[str, float]]:
+        return [{"adds_per_s": adds, "ms_per_add": 1000 / adds}]
+
+    found = report.targets([
+        outcome("single", "pgqueuer", "2x100", single(950)),
+        outcome("single", "golemq-pg", "c32", single(1_000)),
+        outcome("single", "golemq-pg", "async", single(900)),
+        outcome("bulk", "golemq-pg", "c32", [{"jobs_per_s": 160_000}]),
+        outcome("bulk", "golemq-pg", "async", [{"jobs_per_s": 128_000}]),  # 1.25x the time
+    ])
+    assert one(found, "single add at least as fast as PGQueuer").ok
+    slower = one(found, "AsyncQueue.add at least as fast as PGQueuer")
+    assert not slower.ok
+    assert slower.source == "issue 17"
+    assert one(found, "add_many >= 150k jobs/s").ok
+    bulk = one(found, "AsyncQueue add_many within 1.2x")
+    assert not bulk.ok
+    assert bulk.ratio == pytest.approx(1.25)
+
+
+def test_guarded_targets_at_0_5x_and_0_7x_of_the_same_backlog() -> None:
+    def g(key: str, rate: float) -> Outcome:
+        return outcome("guarded", "golemq-pg", key, [{"jobs_per_s": rate}])
+
+    found = report.targets([
+        g("unguarded", 10_000), g("unguarded-scoped", 8_000), g("scope", 4_800),
+        g("unguarded-spread", 8_000), g("scope-spread", 6_000), g("resource", 4_000),
+    ])
+    bunched = "serialize_by_scope (1,000 scopes, each in a row)"
+    spread = "serialize_by_scope (1,000 scopes, arrivals in turn)"
+    assert one(found, f"{bunched} >= 0.5x the same backlog").ok
+    assert not one(found, f"{bunched} >= 0.7x the same backlog").ok  # 0.6
+    assert one(found, f"{spread} >= 0.7x the same backlog").ok  # 0.75
+    pool = one(found, "resource pool, cap = handler concurrency (binding)")
+    assert not pool.ok
+    assert pool.ratio == pytest.approx(0.4)
+
+
+def test_rss_must_stay_below_150_mb() -> None:
+    def rss(mb: float) -> bool:
+        found = report.targets([outcome("rss", "golemq-pg", "c32",
+                                        [{"peak_rss_mb": mb, "jobs_per_s": 1}])])
+        return one(found, "worker RSS < 150 MB").ok
+
+    assert rss(149.9)
+    assert not rss(150.0)
+
+
+def test_targets_without_their_figures_are_left_out() -> None:
+    found = report.targets([
+        # no raw B=500 in this run: the default-cap rows have nothing to compare with
+        drains("raw-sql", "b100x1", 10_000),
+        drains("golemq-pg", "c32+all", 9_000),
+        # a configuration that failed counts as not measured
+        outcome("loaded", "golemq-pg", "c32", [], error="RuntimeError: boom"),
+    ])
+    assert found == []
+
+
+def test_the_results_md_target_table_says_met_and_not_met(tmp_path: Path) -> None:
+    outcomes = [drains("pgqueuer", "2x100", 10_000), drains("golemq-pg", "c32", 26_000)]
+    found = report.targets(outcomes)
+    path = tmp_path / "RESULTS.md"
+    report.write_results_md(path, machine={}, sizes=QUICK, runs=1, notes=[],
+                            outcomes=outcomes, found=found, command="python -m benchmarks")
+    text = path.read_text(encoding="utf-8")
+    assert f"## {report.TARGETS_TITLE}" in text
+    assert "| drain >= 2.5x PGQueuer's best | BENCHMARKS.md |" in text
+    assert "| 2.60x PGQueuer best | met |" in text
+    assert "| 2.60x PGQueuer best | NOT met |" in text
+    assert "1 of 2 targets met in this run; not met: 1." in text
+
+
+@pytest.mark.parametrize(("rate", "seconds", "tick"),
+                         [(9_000.0, 1.0, 0.01), (1_234.5, 0.5, 0.01), (30.0, 1.0, 0.01)])
+def test_a_paced_producer_sends_its_rate_once_per_tick(rate: float, seconds: float,
+                                                       tick: float) -> None:
+    plan = LoadPlan(rate, seconds, tick)
+    assert plan.ticks == round(seconds / tick)
+    assert plan.total == round(rate * seconds)
+    pacer, calls = Pacer(plan), []
+    while not pacer.finished:
+        calls.append(pacer.take())  # never sleeping: each take serves the next tick
+    assert len(calls) == plan.ticks
+    assert [first for first, _n in calls] == [0, *itertools.accumulate(n for _f, n in calls)][:-1]
+    assert sum(n for _f, n in calls) == plan.total
+    counts = [n for _f, n in calls]
+    assert max(counts) - min(counts) <= 1  # spread evenly, rounding carried over
+
+
+def test_a_late_producer_sends_every_job_already_due_in_one_call() -> None:
+    plan = LoadPlan(1_000.0, 1.0, 0.01)
+    pacer = Pacer(plan)
+    pacer.started -= 0.5  # as if the producer's first call came half a window late
+    first, count = pacer.take()
+    assert first == 0
+    assert count >= plan.due(49)  # the first half's jobs at once
+    rest = 0
+    while not pacer.finished:
+        rest += pacer.take()[1]
+    assert count + rest == plan.total
