@@ -23,24 +23,12 @@
 --    a RUNNING job holds the same key, so two jobs of one key never overlap.
 --  * the UPDATE bumps attempts and the fencing token and stamps the lease from the
 --    database clock.
---  * LIMIT cardinality(types) cuts nothing (it is the number of rows unnest returns); it is
---    there for the plan cache. A custom plan knows the arrays' length (one type: one row),
---    the generic plan guessed 10 rows, was costed ten times higher and never chosen, so
---    every claim was planned afresh (about half a millisecond, more than claiming one job
---    takes to run). A LIMIT that is not a constant is estimated at a tenth of its input:
---    both plans now expect one row for one type and are costed alike (they are the same
---    plan: every parameter is read through req), so once psycopg prepares the statement the
---    server reuses the generic plan, falling back to custom plans only while the table's
---    growth makes a newly built generic plan look dearer than the earlier custom ones.
---    The estimates stay those of the custom plan, so jit_above_cost is crossed no sooner.
 WITH req AS MATERIALIZED (
     SELECT t.type, t.lim, t.lease,
            pg_advisory_xact_lock_shared(
                hashtextextended(%(lock_prefix)s::text || t.type, 0))::text AS locked
-      FROM (SELECT *
-              FROM unnest(%(types)s::text[], %(limits)s::int[], %(leases)s::float8[])
-                   AS u(type, lim, lease)
-             LIMIT cardinality(%(types)s::text[])) AS t
+      FROM unnest(%(types)s::text[], %(limits)s::int[], %(leases)s::float8[])
+           AS t(type, lim, lease)
      ORDER BY hashtextextended(%(lock_prefix)s::text || t.type, 0)
 ),
 picked AS MATERIALIZED (
