@@ -50,6 +50,9 @@ MAX_ERROR_BACKOFF = 5.0
 MAX_TUNE_SAMPLE = 0.5
 #: While the store keeps failing, repeat the warning at most this often (seconds).
 ERROR_LOG_EVERY = 30.0
+#: The listener runs an idle loop's claim pass itself only while claims average less than
+#: this (seconds): a slow database would keep it from reading cancel notices meanwhile.
+LISTENER_CLAIM_MAX = 0.05
 
 
 class ClaimLoop(Service):
@@ -104,11 +107,12 @@ class ClaimLoop(Service):
     def hint(self, types: Iterable[str]) -> None:
         """Jobs of ``types`` became due (empty: any type): claim them now.
 
-        When the loop is idle (waiting, not claiming, not recovering from store errors) the
-        calling thread, the listener, runs the claim pass itself, the way a bare LISTEN loop
-        claims on the thread the notification woke: waking this loop's thread first cost a
-        thread wake-up on the path from enqueue to handler, and its GIL hand-off under load.
-        Otherwise it wakes the loop, as before.
+        When the loop is idle (waiting, not claiming, not recovering from store errors, its
+        claims quick) the calling thread, the listener, runs the claim pass itself, the way
+        a bare LISTEN loop claims on the thread the notification woke: waking this loop's
+        thread first cost a thread wake-up on the path from enqueue to handler (and under
+        load its GIL hand-off, milliseconds at the tail). Otherwise it wakes the loop, as
+        before. Cancel notices wait for such a pass (one quick claim) to end.
         """
         if not self.runtime.hint(tuple(types), wake=False):
             return
@@ -118,7 +122,8 @@ class ClaimLoop(Service):
     def _claim_here(self) -> bool:
         """Run one claim pass on the calling thread if the loop is idle; False when the loop
         must be woken (it is busy, failing, or the pass wants another one at once)."""
-        if self._failures or not self._turn.acquire(blocking=False):
+        slow = self.claim_seconds is not None and self.claim_seconds > LISTENER_CLAIM_MAX
+        if slow or self._failures or not self._turn.acquire(blocking=False):
             return False
         try:
             if self.stop_event.is_set() or self.runtime.stopping:
