@@ -50,6 +50,9 @@ MAX_ERROR_BACKOFF = 5.0
 MAX_TUNE_SAMPLE = 0.5
 #: While the store keeps failing, repeat the warning at most this often (seconds).
 ERROR_LOG_EVERY = 30.0
+#: The listener runs an idle loop's claim pass itself only while claims average less than
+#: this (seconds): a slow database would keep it from reading cancel notices meanwhile.
+LISTENER_CLAIM_MAX = 0.05
 
 
 class ClaimLoop(Service):
@@ -88,16 +91,53 @@ class ClaimLoop(Service):
         self._failing_since = 0.0
         self._last_error_log = 0.0
         self._blocked = blocked
+        #: Held by the thread running a claim pass: this loop's, or the listener's (see
+        #: :meth:`hint`); the loop's state is only ever touched under it.
+        self._turn = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, timeout: float | None = None) -> None:
-        """Stop claiming; waits for a claim in flight to be distributed."""
+        """Stop claiming; waits for a claim in flight (this loop's or one the listener runs)
+        to be distributed."""
         super().stop(timeout)
+        if self._turn.acquire(timeout=-1 if timeout is None else timeout):
+            self._turn.release()
 
     # -- hints ------------------------------------------------------------------------------
     def hint(self, types: Iterable[str]) -> None:
-        """Jobs of ``types`` became due (empty: any type): claim them now."""
-        self.runtime.hint(tuple(types))
+        """Jobs of ``types`` became due (empty: any type): claim them now.
+
+        When the loop is idle (waiting, not claiming, not recovering from store errors, its
+        claims quick) the calling thread, the listener, runs the claim pass itself, the way
+        a bare LISTEN loop claims on the thread the notification woke: waking this loop's
+        thread first cost a thread wake-up on the path from enqueue to handler (and under
+        load its GIL hand-off, milliseconds at the tail). Otherwise it wakes the loop, as
+        before. Cancel notices wait for such a pass (one quick claim) to end.
+        """
+        if not self.runtime.hint(tuple(types), wake=False):
+            return
+        if not self._claim_here():
+            self.runtime.wake_claimer()
+
+    def _claim_here(self) -> bool:
+        """Run one claim pass on the calling thread if the loop is idle; False when the loop
+        must be woken (it is busy, failing, or the pass wants another one at once)."""
+        slow = self.claim_seconds is not None and self.claim_seconds > LISTENER_CLAIM_MAX
+        if slow or self._failures or not self._turn.acquire(blocking=False):
+            return False
+        try:
+            if self.stop_event.is_set() or self.runtime.stopping:
+                return True  # stopped: nothing is claimed any more
+            again = self._iteration()
+        except Exception as exc:  # noqa: BLE001 - the loop's own pass retries and reports
+            log.warning("claim_pass_failed", worker_id=self.runtime.owner,
+                        error_type=type(exc).__name__, error=error_text(exc))
+            return False
+        finally:
+            self._turn.release()
+        # The loop's own pause covers a later poll (it recomputes when it wakes); only a pass
+        # that asks for another right away needs its thread.
+        return again is None or again > 0
 
     def poll_now(self) -> None:
         """Forget the poll schedule and claim at once (e.g. after the listener reconnected)."""
@@ -137,8 +177,9 @@ class ClaimLoop(Service):
     def step(self) -> float | None:
         """Claim once if anything calls for it; return how long to pause (None: until woken,
         0: not at all)."""
-        self.runtime.wake.clear()
-        return self._iteration()
+        with self._turn:
+            self.runtime.wake.clear()
+            return self._iteration()
 
     def failed(self, exc: BaseException, failures: int) -> float:
         """A claim pass failed outside the store call (a bug): log it, pause a second (only
@@ -227,6 +268,11 @@ class ClaimLoop(Service):
             self.drained.set()
         if not jobs and blocked:
             # Sleep until woken (a flush, a finishing handler, a hint) or the next poll.
+            return max(self._next_poll - time.monotonic(), 0.0)
+        if not idle and not any(pool.maybe_more for pool in self.pools.values()):
+            # Every type came back short and no hint arrived meanwhile: the next pass would
+            # only compute this pause, so take it now (that pass held the GIL just as a
+            # handler thread woke for the jobs this one buffered).
             return max(self._next_poll - time.monotonic(), 0.0)
         return 0.0
 

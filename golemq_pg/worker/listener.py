@@ -1,7 +1,9 @@
 """The listener thread: turns store notifications into claim-loop wake-ups and aborts.
 
-* ``"jobs"`` naming a type this worker handles (or naming none: any type) wakes the claim
-  loop at once, so an idle worker starts a new job within milliseconds, not a poll interval.
+* ``"jobs"`` naming a type this worker handles (or naming none: any type) is a hint to the
+  claim loop: when the loop is idle the claim pass runs right here, on this thread (one
+  thread wake-up less between the enqueue and the handler), else the loop is woken; either
+  way an idle worker starts a new job within milliseconds, not a poll interval.
 * ``"reconnected"`` (the store re-established LISTEN after a drop) forces a full re-poll:
   hints sent during the gap are lost, the jobs are not.
 * ``"cancel"`` aborts the handlers of the listed job ids that run here (reason

@@ -119,8 +119,10 @@ class Runtime:
         if not self.wake.is_set():
             self.wake.set()
 
-    def hint(self, types: tuple[str, ...]) -> bool:
-        """Jobs of ``types`` (empty: any type) may be due; True if any is handled here."""
+    def hint(self, types: tuple[str, ...], *, wake: bool = True) -> bool:
+        """Jobs of ``types`` (empty: any type) may be due; True if any buffered pool handles
+        one. ``wake=False`` marks the pools without waking the claim loop (the caller runs
+        the claim pass itself, or wakes the loop when it cannot)."""
         hit = False
         for name, pool in self.pools.items():
             if not types or name in types:
@@ -129,7 +131,7 @@ class Runtime:
         for name, tx_pool in self.tx_pools.items():
             if not types or name in types:
                 tx_pool.hint()
-        if hit:
+        if hit and wake:
             self.wake_claimer()
         return hit
 

@@ -202,3 +202,59 @@ def test_a_hint_during_an_empty_claim_is_not_lost() -> None:
         assert ran.wait(5)  # not the 30 s poll
     finally:
         worker.stop()
+
+
+class ThreadRecordingStore(InMemoryStore):
+    """The in-memory store, remembering which thread ran each claim that leased a job; a
+    claim run by ``slow_thread`` waits ``slow`` seconds after leasing (a slow round trip)."""
+
+    def __init__(self, slow_thread: str = "", slow: float = 0.0) -> None:
+        super().__init__()
+        self.claimers: list[str] = []
+        self.leased = threading.Event()
+        self._slow_thread = slow_thread
+        self._slow = slow
+
+    def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        claimed = super().job_claim(request)
+        if claimed:
+            name = threading.current_thread().name
+            self.claimers.append(name)
+            self.leased.set()
+            if name == self._slow_thread:
+                time.sleep(self._slow)
+        return claimed
+
+
+def test_an_idle_worker_claims_a_notified_job_on_the_listener_thread() -> None:
+    store = ThreadRecordingStore()
+    worker = Worker(store, poll_interval=30)
+    ran = threading.Event()
+    worker.handler("now")(lambda job: ran.set())
+    worker.start()
+    try:
+        time.sleep(0.2)  # the claim loop's first (empty) pass is over: it waits, idle
+        Queue(store).add("now", {})
+        assert ran.wait(5)
+    finally:
+        worker.stop()
+    # No wake-up of the claim loop's thread between the notification and the claim.
+    assert store.claimers == ["golemq-listener"]
+
+
+def test_stop_waits_for_a_claim_the_listener_runs_and_releases_its_jobs() -> None:
+    store = ThreadRecordingStore(slow_thread="golemq-listener", slow=0.5)
+    worker = Worker(store, poll_interval=30)
+    worker.handler("now")(lambda job: None)
+    worker.start()
+    try:
+        time.sleep(0.2)
+        job_id = Queue(store).add("now", {})
+        assert store.leased.wait(5)
+    finally:
+        worker.stop()  # while the listener's claim is still on its way back
+    summary = Queue(store).get(job_id)
+    assert summary is not None
+    # Given back unstarted by the shutdown, not left leased to a worker that is gone.
+    assert summary.status is JobStatus.PENDING
+    assert summary.attempts == 0
