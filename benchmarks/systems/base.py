@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -153,6 +154,22 @@ def run_async(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return asyncio.run(factory())
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(factory())
+
+
+def beside_producer(main: Callable[[], Coroutine[Any, Any, Any]],
+                    produce: Callable[[], Coroutine[Any, Any, Any]],
+                    ready: threading.Event) -> None:
+    """Run the consumers' ``main`` on this thread's event loop and ``produce`` on a thread of
+    its own (its own loop), started once ``main`` sets ``ready``; returns when both ended."""
+
+    def producer_thread() -> None:
+        ready.wait()
+        run_async(produce)
+
+    producer = threading.Thread(target=producer_thread, daemon=True)
+    producer.start()
+    run_async(main)
+    producer.join()
 
 
 def paced(start: float, index: int, interval: float) -> float:

@@ -12,6 +12,7 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +27,7 @@ from benchmarks.systems.base import (
     System,
     UnavailableError,
     Variant,
+    beside_producer,
     paced,
     payload_text,
     run_async,
@@ -59,6 +61,24 @@ async def _enqueue_many(box: Sandbox, first: int, n: int) -> None:
                                   [0] * k)
     finally:
         await conn.close()
+
+
+async def _serve(box: Sandbox, variant: Variant, on_job: Callable[[Any], None],
+                 ready: threading.Event, finished: Callable[[], bool], budget: float,
+                 tick: float) -> None:
+    """Run consumers (they LISTEN while idle), set ``ready`` once they wait, and stop them
+    when ``finished()`` or ``budget`` seconds later."""
+    consumers = _Consumers(on_job)
+    await consumers.open(box, variant.options["consumers"])
+    running = asyncio.ensure_future(consumers.run(variant.options["batch"], drain=False))
+    await asyncio.sleep(0.3)  # let the managers reach their idle LISTEN wait
+    ready.set()
+    deadline = time.perf_counter() + budget
+    while not finished() and time.perf_counter() < deadline:
+        await asyncio.sleep(tick)
+    consumers.stop()
+    await running
+    await consumers.close()
 
 
 class _Consumers:
@@ -258,26 +278,10 @@ class PgQueuerSystem(System):
             probe.start(json.loads(job.payload)["i"])
 
         async def main() -> None:
-            consumers = _Consumers(on_job)
-            await consumers.open(box, variant.options["consumers"])
-            running = asyncio.ensure_future(consumers.run(variant.options["batch"], drain=False))
-            await asyncio.sleep(0.3)  # let the managers reach their idle LISTEN wait
-            ready.set()
-            deadline = time.perf_counter() + plan.seconds + 10
-            while (not window or not probe.done()) and time.perf_counter() < deadline:
-                await asyncio.sleep(0.02)
-            consumers.stop()
-            await running
-            await consumers.close()
+            await _serve(box, variant, on_job, ready, lambda: bool(window) and probe.done(),
+                         plan.seconds + 10, 0.02)
 
-        def producer_thread() -> None:
-            ready.wait()
-            run_async(produce)
-
-        producer = threading.Thread(target=producer_thread, daemon=True)
-        producer.start()
-        run_async(main)
-        producer.join()
+        beside_producer(main, produce, ready)
         if not window:
             raise RuntimeError("PGQueuer's paced producer did not finish")
         return LoadedResult(probe, window[0], window[1])
@@ -302,24 +306,7 @@ class PgQueuerSystem(System):
             probe.start(json.loads(job.payload)["i"])
 
         async def main() -> None:
-            consumers = _Consumers(on_job)
-            await consumers.open(box, variant.options["consumers"])
-            running = asyncio.ensure_future(consumers.run(variant.options["batch"], drain=False))
-            await asyncio.sleep(0.3)  # let the managers reach their idle LISTEN wait
-            ready.set()
-            deadline = time.perf_counter() + count * interval + 10
-            while not probe.done() and time.perf_counter() < deadline:
-                await asyncio.sleep(0.01)
-            consumers.stop()
-            await running
-            await consumers.close()
+            await _serve(box, variant, on_job, ready, probe.done, count * interval + 10, 0.01)
 
-        def producer_thread() -> None:
-            ready.wait()
-            run_async(produce)
-
-        producer = threading.Thread(target=producer_thread, daemon=True)
-        producer.start()
-        run_async(main)
-        producer.join()
+        beside_producer(main, produce, ready)
         return probe.latencies()

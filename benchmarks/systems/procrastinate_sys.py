@@ -22,6 +22,7 @@ from benchmarks.systems.base import (
     System,
     UnavailableError,
     Variant,
+    beside_producer,
     paced,
     run_async,
 )
@@ -188,12 +189,5 @@ class ProcrastinateSystem(System):
                     await asyncio.sleep(0.01)
                 await _stop(worker)
 
-        def producer_thread() -> None:
-            ready.wait()
-            run_async(produce)
-
-        producer = threading.Thread(target=producer_thread, daemon=True)
-        producer.start()
-        run_async(main)
-        producer.join()
+        beside_producer(main, produce, ready)
         return probe.latencies()
