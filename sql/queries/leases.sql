@@ -33,20 +33,29 @@ SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 
 
 -- name: job_complete_many_with_results
--- job_complete_many storing each item's result (JSON text, or NULL for none): used only when
--- a batch carries a result and no type of the worker deletes on success.
-WITH done AS (
+-- job_complete_many storing each item's result: used only when a batch carries a result and
+-- no type of the worker deletes on success. The results come as ONE JSON array, item by
+-- item in the order of the ids (null: no result), paired with the ids by position: a text[]
+-- of a few hundred results cost the client several milliseconds to send, the array's text a
+-- fraction of that (measured). Ids written come back as one comma-separated text, as in
+-- job_complete_many.
+WITH item AS (
+    SELECT t.id, t.token, NULLIF(r.value, 'null'::jsonb) AS result
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) WITH ORDINALITY AS t(id, token, n)
+      JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(value, n)
+        ON r.n = t.n
+),
+done AS (
     UPDATE {schema}.jobs j
        SET status = 'succeeded',
-           result = t.result::jsonb,
+           result = i.result,
            finished_at = now(),
            updated_at = now(),
            lease_owner = NULL,
            lease_expires_at = NULL
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
-           AS t(id, token, result)
-     WHERE j.id = t.id
-       AND j.lease_token = t.token
+      FROM item i
+     WHERE j.id = i.id
+       AND j.lease_token = i.token
        AND j.lease_owner = %(owner)s::text
        AND j.status = 'running'
     RETURNING j.id
@@ -54,7 +63,7 @@ WITH done AS (
 hint AS (
     SELECT {schema}.notify_jobs_done(array_agg(d.id)) FROM done d
 )
-SELECT d.id FROM done d CROSS JOIN hint
+SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 
 
 -- name: job_complete_many_deleting
@@ -62,10 +71,13 @@ SELECT d.id FROM done d CROSS JOIN hint
 -- delete_types (delete_on "success" or "always") are deleted instead of updated, under the
 -- same fence: the held rows are locked first, so the delete and the update act on exactly
 -- the fenced rows. Returns the ids written either way and announces them once on "done".
+-- The results come as one JSON array paired with the ids by position (see
+-- job_complete_many_with_results).
 WITH item AS (
-    SELECT t.id, t.token, t.result
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
-           AS t(id, token, result)
+    SELECT t.id, t.token, NULLIF(r.value, 'null'::jsonb) AS result
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) WITH ORDINALITY AS t(id, token, n)
+      JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(value, n)
+        ON r.n = t.n
 ),
 held AS MATERIALIZED (
     SELECT j.id, i.result, j.type = ANY(%(delete_types)s::text[]) AS remove
@@ -85,7 +97,7 @@ removed AS (
 done AS (
     UPDATE {schema}.jobs j
        SET status = 'succeeded',
-           result = h.result::jsonb,
+           result = h.result,
            finished_at = now(),
            updated_at = now(),
            lease_owner = NULL,

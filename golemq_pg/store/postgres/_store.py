@@ -270,14 +270,16 @@ class PostgresStore(
         # than the rest of the call): the worker's items are its claimed jobs themselves.
         if not delete_types and ResultRef not in set(map(type, items)):
             return self._write_id_text("job_complete_many", args)  # the hot path
-        args["results"] = [
-            i.result.decode() if isinstance(i, ResultRef) and i.result is not None else None
+        # One JSON array of the results in the order of the ids (null: none); each result
+        # is already validated JSON text (encode_result).
+        args["results"] = (b"[" + b",".join([
+            i.result if type(i) is ResultRef and i.result is not None else b"null"
             for i in items
-        ]
+        ]) + b"]").decode()
         if delete_types:
             args["delete_types"] = list(delete_types)
             return self._write_ids("job_complete_many_deleting", args)
-        return self._write_ids("job_complete_many_with_results", args)
+        return self._write_id_text("job_complete_many_with_results", args)
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
