@@ -171,7 +171,8 @@ def test_the_hints_of_a_long_schema_arrive_on_its_channel_name_channels(pg_dsn: 
                     psycopg.sql.Identifier(schema, "channel_name"),
                 )
             ).fetchall()[0]
-            assert len(jobs.encode()) <= 63 and jobs.startswith("h" * 39 + "_")
+            assert len(jobs.encode()) <= 63
+            assert jobs.startswith("h" * 39 + "_")
             for channel in (jobs, done):
                 conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
             store.job_enqueue(EnqueueParams(type="long.type", payload=b"{}"))
