@@ -474,7 +474,7 @@ class StoreConnections:
                 with conn.transaction():
                     yield conn
             else:
-                yield conn  # the pool's context manager commits
+                yield conn  # PoolCheckout commits it at the end
 
     def _fetch(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         with self._connection() as conn:
