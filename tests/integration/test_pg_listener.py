@@ -155,3 +155,34 @@ def test_payload_parsing() -> None:
     assert parse_notification("jobs", '["a","b"]') == Notification("jobs", ("a", "b"))
     assert parse_notification("jobs", "not json") == Notification("jobs", ())
     assert parse_notification("cancel", "[1,22]") == Notification("cancel", ("1", "22"))
+
+
+def test_the_hints_of_a_long_schema_arrive_on_its_channel_name_channels(pg_dsn: str) -> None:
+    # The trigger and notify_jobs_done compute the channel inline (0005): it must stay the
+    # very name channel_name() gives, shortened with a hash, or nobody would hear the hints.
+    schema = "h" * 55 + "_listen"
+    store = PostgresStore.connect(pg_dsn, schema=schema, max_size=2)
+    try:
+        store.migrate()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            jobs, done = conn.execute(
+                psycopg.sql.SQL("SELECT {}('jobs'), {}('done')").format(
+                    psycopg.sql.Identifier(schema, "channel_name"),
+                    psycopg.sql.Identifier(schema, "channel_name"),
+                )
+            ).fetchall()[0]
+            assert len(jobs.encode()) <= 63
+            assert jobs.startswith("h" * 39 + "_")
+            for channel in (jobs, done):
+                conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            store.job_enqueue(EnqueueParams(type="long.type", payload=b"{}"))
+            with psycopg.connect(pg_dsn, autocommit=True) as other:
+                other.execute(psycopg.sql.SQL("SELECT {}(ARRAY[7]::bigint[])").format(
+                    psycopg.sql.Identifier(schema, "notify_jobs_done")))
+            got = [(n.channel, n.payload) for n in conn.notifies(timeout=5.0, stop_after=2)]
+        assert got == [(jobs, '["long.type"]'), (done, '["7"]')]
+    finally:
+        store.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE")
+                         .format(psycopg.sql.Identifier(schema)))

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from golemq_pg.store.postgres._sql import Queries, RawStatement, listen_statement, parse_named
+import golemq_pg
+from golemq_pg.store.postgres._sql import (
+    Queries,
+    RawStatement,
+    listen_statement,
+    parse_named,
+    sql_dir,
+)
 
 
 def test_named_blocks_split_and_reject_duplicates_and_empty_bodies() -> None:
@@ -41,3 +50,12 @@ def test_templates_are_not_rendered_with_the_schema_and_listen_quotes_its_channe
     assert "template_listen" not in Queries("golemq").names()
     rendered = listen_statement('golemq_jobs"; DROP TABLE x; --').as_string(None)
     assert rendered == 'LISTEN "golemq_jobs""; DROP TABLE x; --"'
+
+
+def test_the_sql_directory_is_the_one_beside_the_running_code() -> None:
+    # An editable install maps golemq_pg.sql to the checkout it came from; a worktree run
+    # with PYTHONPATH must still load its own statements and migrations.
+    package = Path(golemq_pg.__file__).resolve().parent
+    found = Path(str(sql_dir()))
+    assert found in (package / "sql", package.parent / "sql")
+    assert (found / "migrations" / "0001_initial.sql").is_file()

@@ -20,6 +20,8 @@ from types import TracebackType
 from typing import Any, Self, Unpack
 
 import psycopg
+import structlog
+from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from golemq_pg._types import JobSummary
@@ -37,6 +39,8 @@ from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._plans import PlanContext, queue_identity
 from golemq_pg.store.postgres._run_async import run_plan_async
 from golemq_pg.store.postgres._sql import queries_for
+
+log = structlog.get_logger("golemq_pg.store.postgres")
 
 #: The verbs an AsyncQueue calls, by their port name: each is the plan PostgresStore runs.
 PLANS: dict[str, Callable[..., Any]] = {
@@ -222,11 +226,56 @@ class AsyncPostgresStore:
         return await self._waiters.wait(job_id, timeout)
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
-        # The pool's own context manager, not a wrapper of it: this is the hot path of an
-        # add; a connection found read-only is thrown away by the executor (owned=True).
+        # This is the hot path of an add: no generator-based context manager; a connection
+        # found read-only is thrown away by the executor (owned=True).
         if self._bound is not None:
             return _given(self._bound)
-        return self._pool.connection()
+        return _AsyncCheckout(self._pool)
+
+
+class _AsyncCheckout:
+    """``async with``: a connection of the pool for one verb, given back at the end.
+
+    What ``pool.connection()`` does (commit on success, rollback on error, ``putconn``)
+    without entering the connection's own ``async with`` block, whose exit awaits
+    ``commit()`` (its lock and a wait) even on an idle autocommit connection: the commit
+    runs only when a transaction is open (a wrapped pool's non-autocommit connection), as
+    ``commit()`` itself would decide. The sync store's ``PoolCheckout`` is the same.
+    """
+
+    __slots__ = ("_conn", "_pool")
+
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self._pool = pool
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        conn: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+        self._conn = conn
+        return conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        assert conn is not None  # noqa: S101 - __aenter__ ran
+        self._conn = None
+        try:
+            if conn.closed:
+                return
+            if exc is None:
+                if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                    await conn.commit()
+                return
+            try:
+                await conn.rollback()
+            except Exception as exc2:  # noqa: BLE001 - the verb's error is the one to see
+                log.warning("store_rollback_failed", error=type(exc2).__name__)
+        finally:
+            await self._pool.putconn(conn)
 
 
 @asynccontextmanager

@@ -28,14 +28,26 @@ _TEMPLATE_PREFIX = "template_"
 
 
 def sql_dir() -> Traversable:
-    """The ``sql/`` directory: package data ``golemq_pg.sql`` when installed, else the repo."""
+    """The ``sql/`` directory of the code that is running: ``golemq_pg/sql`` beside the package
+    (a wheel), else the checkout's ``sql/`` (a source tree), else the package data
+    ``golemq_pg.sql`` as importlib finds it.
+
+    The files beside this module come first because an editable install maps ``golemq_pg.sql``
+    to the checkout it was installed from: a second checkout run with ``PYTHONPATH`` (a git
+    worktree) would otherwise run its own Python against the other checkout's statements and
+    migrations.
+    """
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "sql", here.parents[3] / "sql"):
+        if (candidate / "migrations").is_dir() and (candidate / "queries").is_dir():
+            return candidate
     try:
         root = resources.files("golemq_pg.sql")
         if root.joinpath("migrations").is_dir():
             return root
     except ModuleNotFoundError:  # pragma: no cover - depends on how the package is installed
         pass
-    return Path(__file__).resolve().parents[3] / "sql"
+    return here.parents[3] / "sql"  # pragma: no cover - the error then names this path
 
 
 def trusted_sql(text: str) -> sql.SQL:
