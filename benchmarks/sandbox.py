@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -147,10 +146,12 @@ def sandbox_for(isolation: str, dsn: str, tag: str) -> AbstractContextManager[Sa
 
 
 def golemq_migrations() -> list[tuple[str, str]]:
-    """golemq-pg's migration files (name, text), in order, as shipped in ``golemq_pg.sql``."""
-    folder = resources.files("golemq_pg.sql").joinpath("migrations")
-    files = sorted((p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
-    return [(p.name, p.read_text(encoding="utf-8")) for p in files]
+    """golemq-pg's migration files (name, text), in order: the very files the store under test
+    applies (its ``sql_dir``, so a second checkout measures its own schema, not the one its
+    editable install points at)."""
+    from golemq_pg.store.postgres._migrations import migrations  # noqa: PLC0415 - lazy
+
+    return [(m.name + ".sql", m.text) for m in migrations()]
 
 
 def apply_golemq_schema(conn: psycopg.Connection[Any], schema: str) -> None:
