@@ -198,7 +198,10 @@ class Completer(Service):
                 for entry in group:
                     hinted.update(unblocks.get(entry[1].pool.type, ()))
             if self.claims is not None:
-                hinted.difference_update(self.claims.served())  # claimed in the write
+                served = self.claims.served()
+                if not (batch[RETRY] or batch[FAIL] or batch[RELEASE]):
+                    # Claimed in the completing write, after which nothing else freed room.
+                    hinted.difference_update(served)
             if hinted:
                 # After the writes committed: the claim sees the freed capacity.
                 self._hint(tuple(hinted))
