@@ -213,6 +213,28 @@ def claim_blocked(claimed: Sequence[ClaimedJob]) -> Mapping[str, ClaimBlock]:
 
 
 @dataclass(frozen=True, slots=True)
+class CompleteAndClaimParams:
+    """``job_complete_and_claim``: complete ``items`` (as ``job_complete_many`` with
+    ``delete_types`` would) and claim up to ``claim.limit`` jobs of ``claim.type`` for the
+    same ``owner``, honouring ``resources``, in one transaction."""
+
+    owner: str
+    items: Sequence[LeaseRef]
+    claim: TypeSlots
+    resources: Mapping[str, Resource] = field(default_factory=dict)
+    delete_types: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteAndClaimResult:
+    """What ``job_complete_and_claim`` did: the ids completed (or deleted) and the jobs it
+    leased (a :class:`ClaimBatch` whose ``blocked`` says why the type got nothing)."""
+
+    written: set[str]
+    claimed: list[ClaimedJob]
+
+
+@dataclass(frozen=True, slots=True)
 class RetryItem:
     """Put a running job back to PENDING after ``delay`` seconds (database clock)."""
 
@@ -396,6 +418,16 @@ class JobStore(DashboardReads, Protocol):
         An item that is a :class:`ResultRef` with a result stores it as the job's result.
         Held jobs of a type in ``delete_types`` are deleted instead (``delete_on``), in the
         same statement. The ids written either way are announced with one "done" hint.
+        """
+
+    def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
+        """``job_complete_many`` and then ``job_claim`` of one type, in one transaction.
+
+        The completions are fenced and written exactly as ``job_complete_many`` writes them
+        (a lost lease is not written, hence not in ``written``); the claim runs after them,
+        so the capacity they free in a resource pool counts as free. The claim honours every
+        guard (advisory locks in the guarded claim's order on PostgreSQL) and pause. When
+        the transaction fails nothing is written and nothing is claimed.
         """
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:

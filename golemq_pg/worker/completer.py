@@ -35,6 +35,7 @@ from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
 
 if TYPE_CHECKING:
+    from golemq_pg.worker.poolclaim import ClaimingPool, CompletionClaims
     from golemq_pg.worker.runtime import Runtime
     from golemq_pg.worker.units import Unit
 
@@ -101,6 +102,9 @@ class Completer(Service):
         #: The types whose succeeded / dead-lettered rows are deleted (``delete_on``), in
         #: the completing statement itself (see :func:`delete_types`).
         self.delete_succeeded, self.delete_failed = deletes
+        #: Claims on completion for resource pools with a concurrency cap (attached by the
+        #: Worker once the claim loop exists; see :mod:`golemq_pg.worker.poolclaim`).
+        self.claims: CompletionClaims | None = None
 
     # -- producers (handler threads, supervisor, shutdown) ---------------------------------
     def complete(self, unit: Unit) -> None:
@@ -195,6 +199,11 @@ class Completer(Service):
             for group in batch:
                 for entry in group:
                     hinted.update(unblocks.get(entry[1].pool.type, ()))
+            if self.claims is not None:
+                served = self.claims.served()
+                if not (batch[RETRY] or batch[FAIL] or batch[RELEASE]):
+                    # Claimed in the completing write, after which nothing else freed room.
+                    hinted.difference_update(served)
             if hinted:
                 # After the writes committed: the claim sees the freed capacity.
                 self._hint(tuple(hinted))
@@ -203,8 +212,12 @@ class Completer(Service):
         items = [item for entry in group for item in entry[2]]
         written: set[str] = set()
         chunks = _result_chunks(items) if kind == COMPLETE else _chunks(items)
-        for chunk in chunks:
-            done = self._call(kind, chunk)
+        claims = self.claims
+        # The last chunk of completions also claims the room they free (poolclaim).
+        target = claims.target(e[1].pool.type for e in group) if claims and kind == COMPLETE \
+            else None
+        for number, chunk in enumerate(chunks, 1):
+            done = self._call(kind, chunk, target if number == len(chunks) else None)
             if done is None:  # gave up (end of shutdown): the leases will expire
                 return
             written |= done
@@ -230,12 +243,18 @@ class Completer(Service):
             if soon:
                 self._hint(tuple(soon))
 
-    def _call(self, kind: int, chunk: list[Any]) -> set[str] | None:
+    def _call(
+        self, kind: int, chunk: list[Any], target: ClaimingPool | None = None
+    ) -> set[str] | None:
         store = self.store
         owner = self.owner
         failures = 0
         while True:
             try:
+                if target is not None and self.claims is not None:
+                    pool, target = target, None  # a failed attempt is retried without it
+                    return self.claims.complete(store, owner, chunk, self.delete_succeeded,
+                                                pool)
                 if kind == COMPLETE:
                     if self.delete_succeeded:
                         return store.job_complete_many(

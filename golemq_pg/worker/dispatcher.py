@@ -139,6 +139,12 @@ class ClaimLoop(Service):
         # that asks for another right away needs its thread.
         return again is None or again > 0
 
+    def take(self, jobs: list[ClaimedJob], claimed_at: float) -> dict[str, int]:
+        """Put jobs leased elsewhere (the completer's claim on completion, see
+        :mod:`~golemq_pg.worker.poolclaim`) into their types' buffers, as a claim of this
+        loop would; ``claimed_at``: monotonic time the claim was sent. Units per type."""
+        return self._distribute(jobs, claimed_at)
+
     def poll_now(self) -> None:
         """Forget the poll schedule and claim at once (e.g. after the listener reconnected)."""
         for pool in self.pools.values():
@@ -221,18 +227,22 @@ class ClaimLoop(Service):
         if not poll_due and not any(p.maybe_more and p.wants_claim() for p, _ in open_pools):
             return max(self._next_poll - now, 0.0)
         slots = self._slots(open_pools)
+        if not slots:
+            return None  # the room is promised to claims in flight: their end wakes us
         self._rotation += 1
         hints = {pool.type: pool.hints for pool, _ in open_pools}
         began = time.monotonic()
         recovering = self._failures > 0
         jobs = self._claim(slots)
         if jobs is None:
+            self._unreserve(slots)
             return 0.0  # backed off inside _claim
         if not recovering:
             # The claim that ends an outage waited for the database, not for the claim.
             self._tune(min(time.monotonic() - began, MAX_TUNE_SAMPLE))
         self._next_poll = now + self.poll_interval
         counts = self._distribute(jobs, now)
+        self._unreserve(slots)
         blocked = claim_blocked(jobs)
         for slot in slots:
             pool = self.pools[slot.type]
@@ -289,7 +299,10 @@ class ClaimLoop(Service):
         for pool, free in open_pools:
             if remaining <= 0:
                 break
-            limit = min(free, remaining)
+            # Reserved until distributed: a claim on completion (poolclaim) may run meanwhile.
+            limit = pool.reserve(min(free, remaining))
+            if limit <= 0:
+                continue
             remaining -= limit
             spec = pool.spec
             slots.append(
@@ -305,6 +318,11 @@ class ClaimLoop(Service):
                 )
             )
         return slots
+
+    def _unreserve(self, slots: Sequence[TypeSlots]) -> None:
+        pools = self.pools
+        for slot in slots:
+            pools[slot.type].unreserve(slot.limit)
 
     def _claim(self, slots: list[TypeSlots]) -> list[ClaimedJob] | None:
         runtime = self.runtime

@@ -112,11 +112,30 @@ class TypePool:
         self._slots: set[Slot] = set()
         self._slots_lock = threading.Lock()
         self._numbers = 0
+        #: Capacity promised to claims in flight (the claim loop's, and the completer's
+        #: claim on completion, see :mod:`poolclaim`), so the two never claim the same room.
+        self.reserved = 0
+        self._reserve_lock = threading.Lock()
 
     # -- capacity ---------------------------------------------------------------------------
     def free(self) -> int:
-        """How many more units this type may hold now."""
-        return self.capacity - len(self.active)
+        """How many more units this type may hold now (claims in flight counted)."""
+        return self.capacity - len(self.active) - self.reserved
+
+    def reserve(self, wanted: int) -> int:
+        """Promise up to ``wanted`` units of free capacity to a claim about to be sent;
+        returns how many were granted. Give them back with :meth:`unreserve` once the
+        claimed units are in :attr:`active` (or the claim failed)."""
+        with self._reserve_lock:
+            granted = max(min(wanted, self.capacity - len(self.active) - self.reserved), 0)
+            self.reserved += granted
+        return granted
+
+    def unreserve(self, count: int) -> None:
+        """Give back capacity promised by :meth:`reserve`."""
+        if count:
+            with self._reserve_lock:
+                self.reserved -= count
 
     def wants_claim(self) -> bool:
         """Free capacity, and the buffer has drained to the watermark."""

@@ -56,6 +56,7 @@ from golemq_pg.worker.listener import ListenerThread, open_listener
 from golemq_pg.worker.maintenance import Maintenance
 from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
+from golemq_pg.worker.poolclaim import CompletionClaims
 from golemq_pg.worker.progress import ProgressReporter
 from golemq_pg.worker.runtime import Runtime
 from golemq_pg.worker.service import Service
@@ -375,6 +376,10 @@ class Worker:
                                         batch_size=cfg.batch_size)
         claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
                                blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
+        claims = CompletionClaims(runtime, pools, claim_loop.take,
+                                  batch_cap=claim_loop.batch_size)
+        if claims:
+            completer.claims = claims
         services: list[Service] = [
             LeaseRenewer(runtime, abort=supervisor.abort),
             Maintenance(runtime, abort=supervisor.abort),

@@ -70,8 +70,8 @@ SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 -- RUNNING -> SUCCEEDED with each item's result (or NULL), except that the rows of a type in
 -- delete_types (delete_on "success" or "always") are deleted instead of updated, under the
 -- same fence: the held rows are locked first, so the delete and the update act on exactly
--- the fenced rows. Returns the ids written either way and announces them once on "done".
--- The results come as one JSON array paired with the ids by position (see
+-- the fenced rows. Returns the ids written either way (one comma-separated text, as in
+-- job_complete_many) and announces them once on "done". The results come as one JSON array paired with the ids by position (see
 -- job_complete_many_with_results).
 WITH item AS (
     SELECT t.id, t.token, NULLIF(r.value, 'null'::jsonb) AS result
@@ -114,7 +114,7 @@ finished AS (
 hint AS (
     SELECT {schema}.notify_jobs_done(array_agg(f.id)) FROM finished f
 )
-SELECT f.id FROM finished f CROSS JOIN hint
+SELECT (SELECT string_agg(f.id::text, ',') FROM finished f) AS ids FROM hint
 
 
 -- name: job_fail_many

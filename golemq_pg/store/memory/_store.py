@@ -44,6 +44,8 @@ from golemq_pg.store.port import (
     CancelledJob,
     ClaimBatch,
     ClaimRequest,
+    CompleteAndClaimParams,
+    CompleteAndClaimResult,
     EnqueueManyParams,
     EnqueueParams,
     EnqueueResult,
@@ -260,18 +262,37 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         """RUNNING -> SUCCEEDED for leases still held (a :class:`ResultRef`'s result kept);
         jobs of a type in ``delete_types`` are deleted instead. One "done" hint per call."""
         with self._lock:
+            return self._complete(owner, items, delete_types, self._read_clock())
+
+    def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
+        """``job_complete_many`` then a claim of ``params.claim``, under one hold of the lock
+        (the transaction): the claim sees the completed rows' capacity as free."""
+        with self._lock:
             now = self._read_clock()
-            written: list[str] = []
-            for row, item in self._held(owner, items):
-                if row.type in delete_types:
-                    self._jobs.delete(row)
-                else:
-                    if isinstance(item, ResultRef):
-                        row.result = item.result
-                    self._jobs.finish(row, JobStatus.SUCCEEDED, now)
-                written.append(str(row.id))
-            self._announce_done(written)
-            return set(written)
+            written = self._complete(params.owner, params.items, params.delete_types, now)
+            request = ClaimRequest(
+                owner=params.owner, types=[params.claim], resources=params.resources
+            )
+            claimed = ClaimPass(
+                self._jobs, self._budgets, request, now, self._rate_window, self._paused
+            ).run()
+            return CompleteAndClaimResult(written=written, claimed=claimed)
+
+    def _complete(
+        self, owner: str, items: Sequence[LeaseRef], delete_types: Sequence[str], now: datetime
+    ) -> set[str]:
+        """The body of ``job_complete_many``, with the lock held."""
+        written: list[str] = []
+        for row, item in self._held(owner, items):
+            if row.type in delete_types:
+                self._jobs.delete(row)
+            else:
+                if isinstance(item, ResultRef):
+                    row.result = item.result
+                self._jobs.finish(row, JobStatus.SUCCEEDED, now)
+            written.append(str(row.id))
+        self._announce_done(written)
+        return set(written)
 
     def job_fail_many(
         self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()

@@ -247,6 +247,12 @@ class Claimer:
         lock_params, params = self.guarded_params(owner, slot, resources)
         query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
         rows = self._guarded_round(conn, lock_params, query, params, managed=managed)
+        return self._guarded_outcome(slot, rows)
+
+    def _guarded_outcome(
+        self, slot: TypeSlots, rows: list[tuple[Any, ...]]
+    ) -> tuple[list[ClaimedJob], ClaimBlock | None]:
+        """The jobs a guarded claim statement leased, and why it got none (its gate row)."""
         if not rows:  # pragma: no cover - the statement always returns the gate row
             return [], None
         head = rows[0]
@@ -260,6 +266,72 @@ class Claimer:
         jobs = [claimed(row, _GATE_COLUMNS) for row in rows if row[_GATE_COLUMNS] is not None]
         block = None if jobs else self._why_blocked(slot, head)
         return jobs, block
+
+    def run_after_write(
+        self,
+        conn: psycopg.Connection[Any],
+        write: tuple[bytes, dict[str, Any]],
+        request: ClaimRequest,
+        *,
+        managed: bool,
+    ) -> tuple[list[tuple[Any, ...]], ClaimBatch]:
+        """A fenced write (statement and parameters), then the claim of ``request``'s first
+        type with room, in one transaction: (the write's rows, the claim's batch).
+
+        ``managed``: this call owns the transaction; with prepared statements BEGIN, the
+        write, the claim (the guarded one's lock statement and claim statement, or the fast
+        claim) and COMMIT travel in one pipeline. The write takes no advisory lock, so the
+        transaction still takes one claim's locks and keeps the global lock order; the rows
+        it locks are RUNNING ones this owner holds, which no claimer waits for (claimers
+        lock PENDING rows, with SKIP LOCKED). Otherwise it runs in the caller's transaction.
+        """
+        statement, args = write
+        fast, guarded = self.split(request)
+        batch = ClaimBatch()
+        if not managed:
+            written = conn.execute(statement, args).fetchall()
+            batch.extend(self.run(conn, request, managed=False))
+            return written, batch
+        if guarded:
+            slot = guarded[0]
+            lock_params, params = self.guarded_params(
+                request.owner, slot, dict(request.resources)
+            )
+            query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
+            cur = psycopg.RawCursor(conn)
+            if self.prepare:
+                with conn.pipeline(), conn.transaction():
+                    wcur = conn.execute(statement, args)
+                    conn.execute(self._q["claim_lock_exclusive_generic"], lock_params,
+                                 prepare=True)
+                    cur.execute(query.text, query.args(params), prepare=True)
+                written = wcur.fetchall()
+                rows = cur.fetchall()
+            else:  # no pipeline behind a transaction pooler (see _guarded_round)
+                with conn.transaction():
+                    written = conn.execute(statement, args).fetchall()
+                    conn.execute(self._q["claim_lock_exclusive_generic"], lock_params)
+                    rows = cur.execute(query.text, query.args(params)).fetchall()
+            jobs, block = self._guarded_outcome(slot, rows)
+            batch.extend(jobs)
+            if block is not None:
+                batch.blocked[slot.type] = block
+            return written, batch
+        if fast:
+            fast_params = self.fast_params(request.owner, fast[:1])
+            if self.prepare:
+                with conn.pipeline(), conn.transaction():
+                    wcur = conn.execute(statement, args)
+                    ccur = conn.execute(self._q["job_claim"], fast_params)
+                written = wcur.fetchall()
+                batch.extend(claimed(row) for row in ccur.fetchall())
+            else:
+                with conn.transaction():
+                    written = conn.execute(statement, args).fetchall()
+                    fast_rows = conn.execute(self._q["job_claim"], fast_params).fetchall()
+                batch.extend(claimed(row) for row in fast_rows)
+            return written, batch
+        return conn.execute(statement, args).fetchall(), batch
 
     def _guarded_round(
         self,

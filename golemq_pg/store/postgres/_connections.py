@@ -37,6 +37,7 @@ from golemq_pg.errors import QueueConfigError
 from golemq_pg.store.postgres._claim import Claimer
 from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._plans import channels as plan_channels
+from golemq_pg.store.postgres._rows import id_text_set
 from golemq_pg.store.postgres._run_sync import run_plan
 from golemq_pg.store.postgres._sql import Queries, queries_for
 from golemq_pg.store.postgres._waiters import JobWaiters
@@ -496,9 +497,7 @@ class StoreConnections:
         comma-separated text (NULL: none)."""
         for attempt in range(1, WRITE_ATTEMPTS + 1):
             try:
-                rows = self._fetch(name, params)
-                text = rows[0][0] if rows else None
-                return set(text.split(",")) if text else set()
+                return id_text_set(self._fetch(name, params))
             except RETRYABLE as exc:
                 if self._bound is not None or attempt == WRITE_ATTEMPTS:
                     raise

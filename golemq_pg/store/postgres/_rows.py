@@ -86,6 +86,13 @@ def lease_args(owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]) -> 
     return {"owner": owner, "ids": "{" + ids + "}", "tokens": "{" + tokens + "}"}
 
 
+def id_text_set(rows: Sequence[Sequence[Any]]) -> set[str]:
+    """The ids a completing statement wrote, from its one row holding them as one
+    comma-separated text (NULL: none): split at C speed, no row per job."""
+    text = rows[0][0] if rows else None
+    return set(text.split(",")) if text else set()
+
+
 def filter_args(params: FindParams) -> dict[str, Any]:
     """The filter parameters of ``job_find`` and ``job_retry_failed``."""
     return {

@@ -31,6 +31,8 @@ from golemq_pg.store.port import (
     LEASE_EXPIRED_ERROR,
     ClaimedJob,
     ClaimRequest,
+    CompleteAndClaimParams,
+    CompleteAndClaimResult,
     EnqueueManyParams,
     EnqueueParams,
     EnqueueResult,
@@ -265,21 +267,34 @@ class PostgresStore(
         """
         if not items:
             return set()
-        args = rows.lease_args(owner, items)
-        # The item types, collected at C speed (a per-item isinstance loop cost more here
-        # than the rest of the call): the worker's items are its claimed jobs themselves.
-        if not delete_types and ResultRef not in set(map(type, items)):
-            return self._write_id_text("job_complete_many", args)  # the hot path
-        # One JSON array of the results in the order of the ids (null: none); each result
-        # is already validated JSON text (encode_result).
-        args["results"] = (b"[" + b",".join([
-            i.result if type(i) is ResultRef and i.result is not None else b"null"
-            for i in items
-        ]) + b"]").decode()
-        if delete_types:
-            args["delete_types"] = list(delete_types)
-            return self._write_ids("job_complete_many_deleting", args)
-        return self._write_id_text("job_complete_many_with_results", args)
+        return self._write_id_text(*_completion(owner, items, delete_types))
+
+    def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
+        """``job_complete_many`` and then the claim of ``params.claim`` in one transaction:
+        one pipeline (one round trip) with prepared statements (see
+        ``Claimer.run_after_write``); retried whole on a deadlock or serialization failure."""
+        name, args = _completion(params.owner, params.items, params.delete_types)
+        request = ClaimRequest(
+            owner=params.owner, types=[params.claim], resources=params.resources
+        )
+        write = (self._q[name], args)
+        claimer = self._shared.claimer
+        if self._bound is not None:
+            bound = self._bound
+            with bound.transaction():
+                found, batch = claimer.run_after_write(bound, write, request, managed=False)
+            return CompleteAndClaimResult(rows.id_text_set(found), batch)
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                with self._pooled() as conn:
+                    found, batch = claimer.run_after_write(conn, write, request, managed=True)
+                return CompleteAndClaimResult(rows.id_text_set(found), batch)
+            except RETRYABLE as exc:
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+                log.info("store_write_retried", verb="job_complete_and_claim",
+                         error=type(exc).__name__)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
@@ -394,3 +409,25 @@ class PostgresStore(
             setup=self._shared.setup,
         )
 
+
+def _completion(
+    owner: str, items: Sequence[LeaseRef], delete_types: Sequence[str]
+) -> tuple[str, dict[str, Any]]:
+    """The completing statement for ``items`` and its parameters: the hot path without
+    results and deletes, else its variant storing results, or deleting (``delete_on``). Each
+    returns the ids it wrote as one comma-separated text (``rows.id_text_set``)."""
+    args = rows.lease_args(owner, items)
+    # The item types, collected at C speed (a per-item isinstance loop cost more here than
+    # the rest of the call): the worker's items are its claimed jobs themselves.
+    if not delete_types and ResultRef not in set(map(type, items)):
+        return "job_complete_many", args  # the hot path
+    # One JSON array of the results in the order of the ids (null: none); each result is
+    # already validated JSON text (encode_result).
+    args["results"] = (b"[" + b",".join([
+        i.result if type(i) is ResultRef and i.result is not None else b"null"
+        for i in items
+    ]) + b"]").decode()
+    if delete_types:
+        args["delete_types"] = list(delete_types)
+        return "job_complete_many_deleting", args
+    return "job_complete_many_with_results", args
