@@ -111,11 +111,8 @@ class Executor:
                 supervisor.kick()
         events = [_job_event(reporter, job, unit) for job in unit.jobs]
         hub = self.hub
-        if hub:
-            buffered = started - unit.claimed_at if unit.claimed_at else 0.0
-            for job in unit.jobs:
-                hub.emit(job.id, job.type, job.scope, "started", job.attempt,
-                         wait=job.waited + buffered)
+        if hub.active:
+            hub.started((unit.jobs, started - unit.claimed_at if unit.claimed_at else 0.0))
         if spec.grouped:
             return BatchEvent(
                 type=pool.type, scope=unit.jobs[0].scope, jobs=events, attempt=unit.attempt,
