@@ -213,13 +213,27 @@ class LifecycleObserver(Protocol):
 
 class TransitionCounter(Protocol):
     """An observer that only counts: a worker calls ``count_transition`` instead of
-    ``on_transition`` when an observer has it, and builds no :class:`Transition` for it
-    (``golemq_pg.metrics.PrometheusObserver`` is one)."""
+    ``on_transition`` when an observer has it, and builds no :class:`Transition` for it.
+    An observer that also has ``count_transitions`` (:class:`BatchTransitionCounter`) gets
+    that one call per batch instead."""
 
     def count_transition(
         self, job_type: str, outcome: str, duration: float | None, wait: float | None
     ) -> None:
         """Called after each transition of a job a worker reports."""
+
+
+class BatchTransitionCounter(Protocol):
+    """A counting observer taking a batch of transitions to one outcome in one call
+    (``golemq_pg.metrics.PrometheusObserver`` is one): the jobs of a unit that started, the
+    outcomes of one completion write."""
+
+    def count_transitions(
+        self, outcome: str, counted: Sequence[tuple[str, float | None]]
+    ) -> None:
+        """One transition to ``outcome`` per ``(type, seconds)`` of ``counted``: ``seconds``
+        is the due-to-start wait on ``"started"``, the handler's run time on the outcome of
+        an attempt, None when neither is known."""
 
 
 P = TypeVar("P", bound=Mapping[str, Any])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 import weakref
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,7 +47,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.utils import floatToGoString
 
 from golemq_pg._types import Transition
-from golemq_pg.store.port import JobStore
+from golemq_pg.store.port import ClaimedJob, JobStore
 
 log = structlog.get_logger("golemq_pg.metrics")
 
@@ -77,13 +78,15 @@ class PrometheusObserver:
     the process, or the CLI's) adds to the same counts instead of failing to register.
 
     It runs on the worker's threads for every transition, so it only counts: the worker
-    calls ``count_transition`` (no :class:`Transition` is built for it), which finds the
-    (type, outcome) series of the calling thread with two dictionary lookups and, without a
-    lock, adds one to its count and to one bucket of each histogram it observes. The
+    calls ``count_transitions`` with a whole batch (the jobs of a unit that started, the
+    outcomes of one completion write; no :class:`Transition` is built for it), which adds
+    them, without a lock, to the calling thread's own counts: one count and one histogram
+    bucket per transition, the series looked up once per run of one job type. The
     Prometheus families are built from those counts at scrape time.
     """
 
-    __slots__ = ("_tally", "count_transition", "registry")
+    __slots__ = ("_tally", "count_started_later", "count_transition", "count_transitions",
+                 "registry")
 
     def __init__(
         self,
@@ -101,6 +104,18 @@ class PrometheusObserver:
         #: The tally's own method, so that the worker's call is the only Python frame.
         self.count_transition: Callable[[str, str, float | None, float | None], None] = (
             self._tally.count)
+        #: ``count_transitions(outcome, counted)``: count one transition to ``outcome`` per
+        #: ``(type, seconds)`` pair, ``seconds`` being the due-to-start wait on "started",
+        #: the handler's run time on an attempt's outcome (None: neither). What the worker
+        #: calls; the tally's own method too.
+        self.count_transitions: Callable[[str, Sequence[tuple[str, float | None]]], None] = (
+            self._tally.count_many)
+        #: ``count_started_later((jobs, buffered))``: the jobs of a unit started, each
+        #: ``job.waited + buffered`` seconds after its due time; counted by the next
+        #: ``count_transitions`` call or snapshot (a deque's append: no Python frame on the
+        #: handler thread).
+        self.count_started_later: Callable[[tuple[Sequence[ClaimedJob], float]], None] = (
+            self._tally.later)
 
     def on_transition(self, t: Transition) -> None:
         """Count ``t`` (a Queue's ``enqueued``, or any caller with a Transition)."""
@@ -125,6 +140,10 @@ class _Series:
         self.count = 0
         self.buckets = [0] * size
         self.total = 0.0
+
+
+#: A placeholder series, replaced before the first count of a batch.
+_UNUSED = _Series(0)
 
 
 class _Part:
@@ -154,10 +173,19 @@ class _Tally:
         self._local = threading.local()
         self._parts: list[_Part] = []
         self._lock = threading.Lock()  # guards _parts (a thread's first count, snapshots)
+        #: Units started and not counted yet, as (jobs, seconds from the claim to the start):
+        #: a handler thread only appends (one C call, no Python frame, while the job is
+        #: about to run); they are counted in bulk by the next batch (the completer's, a few
+        #: milliseconds later) or snapshot, whichever comes first, so a scrape never misses
+        #: one. Every popleft is atomic: each is counted once, by one thread.
+        self._later: deque[tuple[Sequence[ClaimedJob], float]] = deque()
+        self.later = self._later.append
 
     def count(
         self, job_type: str, outcome: str, duration: float | None, wait: float | None
     ) -> None:
+        if self._later:  # the rare paths (a Queue's "enqueued", aborts) count deferred starts
+            self._fold()
         try:
             part: _Part = self._local.part
         except AttributeError:
@@ -167,16 +195,77 @@ class _Tally:
         except KeyError:
             series = part.jobs.setdefault(outcome, {})[job_type] = _Series(self._size)
         series.count += 1
+        bounds = self.bounds
         if duration is not None:
-            series.buckets[bisect_left(self.bounds, duration)] += 1
+            series.buckets[0 if duration <= bounds[0] else bisect_left(bounds, duration)] += 1
             series.total += duration
         if wait is not None:
             waits = part.waits.get(job_type)
             if waits is None:
                 waits = part.waits[job_type] = _Series(self._size)
             waits.count += 1
-            waits.buckets[bisect_left(self.bounds, wait)] += 1
+            waits.buckets[0 if wait <= bounds[0] else bisect_left(bounds, wait)] += 1
             waits.total += wait
+
+    def count_many(self, outcome: str, counted: Sequence[tuple[str, float | None]]) -> None:
+        """``count`` for each ``(type, seconds)`` of ``counted``: seconds are the wait of a
+        "started", the duration of any other outcome. One call for a whole batch: the
+        thread's part and each type's series are found once per run of one type (a batch
+        is nearly always of one type), not once per transition. Counts the units started
+        since the last call first (:attr:`later`)."""
+        if self._later:
+            self._fold()
+        self._add(outcome, counted)
+
+    def _fold(self) -> None:
+        """Count the units started and not counted yet (into this thread's part)."""
+        pop = self._later.popleft
+        counted: list[tuple[str, float | None]] = []
+        try:
+            while True:
+                jobs, buffered = pop()
+                for job in jobs:
+                    counted.append((job.type, job.waited + buffered))
+        except IndexError:  # emptied (another thread may be folding too: each item once)
+            pass
+        if counted:
+            self._add("started", counted)
+
+    def _add(self, outcome: str, counted: Sequence[tuple[str, float | None]]) -> None:
+        try:
+            part: _Part = self._local.part
+        except AttributeError:
+            part = self._join()
+        jobs = part.jobs.get(outcome)
+        if jobs is None:
+            jobs = part.jobs.setdefault(outcome, {})
+        waits = part.waits if outcome == "started" else None
+        bounds = self.bounds
+        first = bounds[0]
+        current: str | None = None
+        series = timed = _UNUSED
+        for job_type, seconds in counted:
+            if job_type != current:
+                current = job_type
+                try:
+                    series = jobs[job_type]
+                except KeyError:
+                    series = jobs[job_type] = _Series(self._size)
+                if waits is None:
+                    timed = series
+                else:
+                    try:
+                        timed = waits[job_type]
+                    except KeyError:
+                        timed = waits[job_type] = _Series(self._size)
+            series.count += 1
+            if seconds is not None:
+                # The first bucket tested inline: a no-op handler's run time is below it,
+                # and bisect_left costs more than the rest of the count.
+                timed.buckets[0 if seconds <= first else bisect_left(bounds, seconds)] += 1
+                timed.total += seconds
+                if waits is not None:
+                    timed.count += 1
 
     def _join(self) -> _Part:
         part = self._local.part = _Part()
@@ -185,6 +274,8 @@ class _Tally:
         return part
 
     def snapshot(self) -> dict[str, Any]:
+        if self._later:
+            self._fold()
         jobs: dict[tuple[str, str], list[Any]] = {}
         waits: dict[str, list[Any]] = {}
         with self._lock:

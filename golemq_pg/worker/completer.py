@@ -285,11 +285,19 @@ class Completer(Service):
         hub = self.hub
         unwritten: list[tuple[Any, Unit]] = []
         outcome = _OUTCOMES[kind]
+        # Counters get the group's transitions in one call; other observers one each.
+        counted: list[tuple[str, float | None]] | None = [] if hub.counts else None
+        each = hub.each
         for _, unit, items, flag in group:
             for item in items:
                 if item.id not in written:
                     unwritten.append((item, unit))
-                elif hub and (kind != RELEASE or flag):
+                elif kind == RELEASE and not flag:
+                    continue
+                elif counted is not None and not each:
+                    counted.append((unit.pool.type, unit.finished_at - unit.started_at
+                                    if unit.started_at else None))
+                elif hub.active:
                     job = _job(unit, item.id)
                     attempts = job.attempt
                     error = None
@@ -300,8 +308,12 @@ class Completer(Service):
                     elif kind == RELEASE:
                         attempts -= 1
                     duration = unit.finished_at - unit.started_at if unit.started_at else None
-                    hub.emit(job.id, job.type, job.scope, outcome, attempts, error=error,
-                             duration=duration)
+                    if counted is not None:
+                        counted.append((job.type, duration))
+                    hub.emit_transition(job.id, job.type, job.scope, outcome, attempts,
+                                        error=error, duration=duration)
+        if counted:
+            hub.count(outcome, counted)
         if unwritten:
             self._fenced_out(kind, unwritten)
 

@@ -112,11 +112,7 @@ class Executor:
             if deadline < supervisor.planned:
                 supervisor.kick()
         if self.observed:
-            hub = self.hub
-            buffered = started - unit.claimed_at if unit.claimed_at else 0.0
-            for job in unit.jobs:
-                hub.emit(job.id, job.type, job.scope, "started", job.attempt,
-                         wait=job.waited + buffered)
+            self.hub.started((unit.jobs, started - unit.claimed_at if unit.claimed_at else 0.0))
         signal = unit.signal
         if spec.grouped:
             return BatchEvent(

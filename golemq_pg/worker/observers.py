@@ -3,40 +3,88 @@
 An observer that raises is logged (its exception type, the job id, type and outcome; never
 its message, which could quote a payload) and contained: it never breaks a worker thread.
 
-An observer that also has ``count_transition(type, outcome, duration, wait)`` (a
-:class:`~golemq_pg._types.TransitionCounter`, such as the Prometheus observer) gets that
-call instead of ``on_transition``: it needs no job id, scope or attempt, so no
-:class:`Transition` is built for it, which on a fast drain is most of an observer's cost.
+Observers come in three kinds, told apart once, when the hub is built:
+
+* a batch counter has ``count_transitions(outcome, counted)``
+  (:class:`~golemq_pg._types.BatchTransitionCounter`, such as the Prometheus observer): it
+  gets one call per batch of transitions to one outcome (the jobs of a unit that started,
+  the outcomes of one completion write), with a ``(type, seconds)`` pair per transition;
+* a counter has ``count_transition(type, outcome, duration, wait)``
+  (:class:`~golemq_pg._types.TransitionCounter`): one call per transition;
+* any other observer gets a :class:`Transition` per transition (``on_transition``).
+
+Counters need no job id, scope or attempt, so no :class:`Transition` is built for them: on a
+fast drain building one per event, and a Python call per event and observer, was most of an
+observer's cost. The hot paths (a unit starting, a completion write) ask :attr:`counts` and
+:attr:`each` and give the counters a batch and the others their transitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from golemq_pg._types import LifecycleObserver, Scope, Transition
+from golemq_pg.store.port import ClaimedJob
 
 log = structlog.get_logger("golemq_pg.worker.observers")
 
+_Batch = Callable[[str, Sequence[tuple[str, float | None]]], None]
+_Count = Callable[[str, str, float | None, float | None], None]
+_Later = Callable[[tuple[Sequence[ClaimedJob], float]], None]
+
 
 class ObserverHub:
-    """Fans a transition out to every observer; ``bool(hub)`` is False when there are none,
-    so the hot path can skip building transitions altogether."""
+    """Fans a transition out to every observer; ``bool(hub)`` (and :attr:`active`) is False
+    when there are none, so the hot path can skip building transitions altogether."""
 
-    __slots__ = ("_counters", "_observers", "_transitions", "worker_id")
+    __slots__ = (
+        "_counting", "_later", "_observers", "_transitions", "active", "counts", "each",
+        "started", "worker_id",
+    )
 
     def __init__(self, observers: Sequence[LifecycleObserver], worker_id: str) -> None:
         self._observers = tuple(observers)
-        counting = [getattr(o, "count_transition", None) for o in self._observers]
-        self._counters = tuple((o, c) for o, c in zip(self._observers, counting, strict=True)
-                               if callable(c))
-        self._transitions = tuple(o for o, c in zip(self._observers, counting, strict=True)
-                                  if not callable(c))
+        counting: list[tuple[object, _Count | None, _Batch | None]] = []
+        later: list[tuple[object, _Later | None]] = []
+        transitions: list[LifecycleObserver] = []
+        for observer in self._observers:
+            one = getattr(observer, "count_transition", None)
+            many = getattr(observer, "count_transitions", None)
+            one = one if callable(one) else None
+            many = many if callable(many) else None
+            if one is None and many is None:
+                transitions.append(observer)
+                continue
+            counting.append((observer, one, many))
+            sink = getattr(observer, "count_started_later", None)
+            # Only a batch counter's: its next batch is what counts what was deferred.
+            later.append((observer, sink if callable(sink) and many is not None else None))
+        #: Each counter with its per-transition method and its batch method (either None).
+        self._counting = tuple(counting)
+        #: Each counter with its deferred-start sink (None: it has none).
+        self._later = tuple(later)
+        self._transitions = tuple(transitions)
+        #: ``started((jobs, buffered))``: the jobs of one unit started, each
+        #: ``job.waited + buffered`` seconds after it was due. With one observer, a counter
+        #: that defers starts, it is that observer's sink itself (a deque's append: no
+        #: Python frame per unit on the handler thread; nothing there can raise).
+        self.started: _Later = self._started
+        if len(later) == 1 and not transitions and later[0][1] is not None:
+            self.started = later[0][1]
+        #: Some observer is attached (attributes, not methods: the hot paths test them for
+        #: every unit and every outcome, and a ``__bool__`` call is a Python frame each).
+        self.active = bool(self._observers)
+        #: Some observer counts: give it batches with :meth:`count` / :meth:`started`.
+        self.counts = bool(counting)
+        #: Some observer wants one :class:`Transition` per transition
+        #: (:meth:`emit_transition`).
+        self.each = bool(transitions)
         self.worker_id = worker_id
 
     def __bool__(self) -> bool:
-        return bool(self._observers)
+        return self.active
 
     def emit(
         self,
@@ -50,14 +98,82 @@ class ObserverHub:
         duration: float | None = None,
         wait: float | None = None,
     ) -> None:
-        """Count it for the counting observers; build one :class:`Transition` for the others."""
-        for observer, count in self._counters:
+        """Report one transition to every observer: counted by the counters, one
+        :class:`Transition` built for the others."""
+        if self.counts:
+            for observer, one, many in self._counting:
+                try:
+                    if one is not None:
+                        one(job_type, outcome, duration, wait)
+                    elif many is not None:
+                        many(outcome, [(job_type, wait if wait is not None else duration)])
+                except BaseException as exc:  # noqa: BLE001 - an observer must never kill a worker thread
+                    self._failed(observer, exc, job_id, job_type, outcome)
+        if self.each:
+            self.emit_transition(job_id, job_type, scope, outcome, attempts, error=error,
+                                 duration=duration, wait=wait)
+
+    def _started(self, started: tuple[Sequence[ClaimedJob], float]) -> None:
+        """:attr:`started` for any mix of observers."""
+        jobs, buffered = started
+        job = jobs[0]
+        for (observer, one, many), (_, later) in zip(self._counting, self._later, strict=True):
             try:
-                count(job_type, outcome, duration, wait)
+                if later is not None:
+                    later(started)
+                elif len(jobs) == 1 and one is not None:
+                    one(job.type, "started", None, job.waited + buffered)
+                elif many is not None:
+                    many("started", [(member.type, member.waited + buffered)
+                                     for member in jobs])
+                elif one is not None:
+                    for member in jobs:
+                        one(member.type, "started", None, member.waited + buffered)
             except BaseException as exc:  # noqa: BLE001 - an observer must never kill a worker thread
-                self._failed(observer, exc, job_id, job_type, outcome)
-        if not self._transitions:
-            return
+                self._failed(observer, exc, job.id, job.type, "started")
+        if self.each:
+            for job in jobs:
+                self.emit_transition(job.id, job.type, job.scope, "started", job.attempt,
+                                     wait=job.waited + buffered)
+
+    def count(self, outcome: str, counted: Sequence[tuple[str, float | None]]) -> None:
+        """Count a batch of transitions to ``outcome`` (one ``(type, seconds)`` each:
+        ``seconds`` the wait on "started", the run time otherwise) for the counters only;
+        the caller gives the other observers their transitions (:meth:`emit_transition`)."""
+        if counted:
+            self._count(outcome, counted, None)
+
+    def _count(
+        self, outcome: str, counted: Sequence[tuple[str, float | None]], job_id: str | None
+    ) -> None:
+        started = outcome == "started"
+        for observer, one, many in self._counting:
+            try:
+                if many is not None:
+                    many(outcome, counted)
+                elif one is not None:
+                    for job_type, seconds in counted:
+                        if started:
+                            one(job_type, outcome, None, seconds)
+                        else:
+                            one(job_type, outcome, seconds, None)
+            except BaseException as exc:  # noqa: BLE001 - an observer must never kill a worker thread
+                self._failed(observer, exc, job_id, counted[0][0], outcome)
+
+    def emit_transition(
+        self,
+        job_id: str,
+        job_type: str,
+        scope: Scope | None,
+        outcome: str,
+        attempts: int,
+        *,
+        error: str | None = None,
+        duration: float | None = None,
+        wait: float | None = None,
+    ) -> None:
+        """Build one :class:`Transition` for the observers that are not counters (the
+        caller counts it for the counters with :meth:`count`)."""
         transition = Transition(
             job_id=job_id,
             type=job_type,
@@ -87,8 +203,9 @@ class ObserverHub:
 
     @staticmethod
     def _failed(
-        observer: object, exc: BaseException, job_id: str, job_type: str, outcome: str
+        observer: object, exc: BaseException, job_id: str | None, job_type: str, outcome: str
     ) -> None:
+        # job_id is None for a batch of many jobs (the log names the type and outcome).
         log.warning(
             "observer_failed",
             observer=type(observer).__name__,

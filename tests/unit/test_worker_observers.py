@@ -1,5 +1,6 @@
-"""ObserverHub: counting observers (count_transition) get the counts without a Transition;
-the others get a Transition; a failing observer of either kind is contained."""
+"""ObserverHub: counting observers (count_transition, or count_transitions for a batch) get
+the counts without a Transition; the others get a Transition; a failing observer of either
+kind is contained; the Prometheus observer's deferred starts are counted by the next scrape."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import structlog
 
 from golemq_pg import Scope, Transition
+from golemq_pg.metrics import PrometheusObserver
 from golemq_pg.worker.observers import ObserverHub
 
 
@@ -70,3 +72,51 @@ def test_a_hub_of_counting_observers_counts_every_outcome() -> None:
     hub.emit("7", "t", None, "reclaimed", 2, error="LeaseExpired: x")
     assert counting.counted == [("t", "reclaimed", None, None)]
     assert not ObserverHub([], "w1")
+
+
+class Batching:
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, list[tuple[str, float | None]]]] = []
+
+    def on_transition(self, t: Transition) -> None:
+        raise AssertionError("a batch counter gets count_transitions, not on_transition")
+
+    def count_transitions(self, outcome: str, counted: Any) -> None:
+        self.batches.append((outcome, list(counted)))
+
+
+class _Job:
+    def __init__(self, job_id: str, job_type: str, waited: float) -> None:
+        self.id, self.type, self.scope, self.attempt, self.waited = (
+            job_id, job_type, None, 1, waited)
+
+
+def test_a_batch_counter_gets_a_whole_batch_in_one_call_and_plain_ones_a_transition_each(
+) -> None:
+    batching, plain = Batching(), Plain()
+    hub = ObserverHub([batching, plain], "w1")
+    assert hub.counts
+    assert hub.each
+    hub.count("succeeded", [("t", 0.5), ("t", 0.25)])
+    hub.started(((_Job("1", "t", 1.0), _Job("2", "t", 2.0)), 0.5))  # type: ignore[arg-type]
+    assert batching.batches == [("succeeded", [("t", 0.5), ("t", 0.25)]),
+                                ("started", [("t", 1.5), ("t", 2.5)])]
+    assert [(t.job_id, t.outcome, t.wait) for t in plain.seen] \
+        == [("1", "started", 1.5), ("2", "started", 2.5)]
+
+
+def test_prometheus_starts_deferred_by_the_hub_are_counted_by_the_next_scrape() -> None:
+    observer = PrometheusObserver(None)
+    hub = ObserverHub([observer], "w1")
+    # The only observer defers starts: the hub's started is its append, no Python frame.
+    assert hub.started == observer.count_started_later
+    hub.started(((_Job("1", "t", 0.2),), 0.1))  # type: ignore[arg-type]
+    hub.started(((_Job("2", "t", 0.3),), 0.1))  # type: ignore[arg-type]
+    snap = observer.snapshot()
+    assert [row[:3] for row in snap["jobs"]] == [["t", "started", 2]]
+    assert [row[:2] for row in snap["waits"]] == [["t", 2]]
+    assert round(snap["waits"][0][3], 6) == 0.7
+    hub.started(((_Job("3", "t", 0.0),), 0.0))  # type: ignore[arg-type]
+    hub.count("succeeded", [("t", 0.0001)])  # the next batch counts the deferred start too
+    counts = {(t, o): n for t, o, n, *_ in observer._tally.snapshot()["jobs"]}
+    assert counts == {("t", "started"): 3, ("t", "succeeded"): 1}
