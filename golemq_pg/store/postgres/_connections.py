@@ -30,7 +30,7 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.abc import Buffer
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.datetime import TimestamptzLoader
+from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg_pool import ConnectionPool
 
 from golemq_pg.errors import QueueConfigError
@@ -236,6 +236,14 @@ class UtcTimestamptzLoader(TimestamptzLoader):
         return super().load(data).astimezone(UTC)
 
 
+class UtcTimestamptzBinaryLoader(TimestamptzBinaryLoader):
+    """:class:`UtcTimestamptzLoader` for rows in the binary format (the claim's)."""
+
+    def load(self, data: Buffer) -> datetime:
+        """The instant the server sent, in UTC."""
+        return super().load(data).astimezone(UTC)
+
+
 def ensure_utc(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     """Make every timestamptz on ``conn`` decode as UTC (no round trip).
 
@@ -247,6 +255,7 @@ def ensure_utc(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> 
     """
     if conn.pgconn.parameter_status(b"TimeZone") != b"UTC":
         conn.adapters.register_loader("timestamptz", UtcTimestamptzLoader)
+        conn.adapters.register_loader("timestamptz", UtcTimestamptzBinaryLoader)
 
 
 def pooler_error(exc: BaseException) -> PreparedStatementsUnsupported | None:
