@@ -40,10 +40,16 @@ SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 -- fraction of that (measured). Ids written come back as one comma-separated text, as in
 -- job_complete_many.
 WITH item AS (
-    SELECT t.id, t.token, NULLIF(r.value, 'null'::jsonb) AS result
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) WITH ORDINALITY AS t(id, token, n)
-      JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(value, n)
-        ON r.n = t.n
+    -- One unnest of three arrays, the results' made once (an InitPlan) from the JSON array
+    -- in its order: a join of the two function scans on their ordinality made the planner
+    -- expect far more rows and hash-join them against a scan of the whole table (measured:
+    -- a drain storing results fell to a third of the drain without).
+    SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[],
+                  ARRAY(SELECT r.value
+                          FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY
+                               AS r(value, n)
+                         ORDER BY r.n)) AS t(id, token, result)
 ),
 done AS (
     UPDATE {schema}.jobs j
@@ -74,10 +80,16 @@ SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 -- job_complete_many) and announces them once on "done". The results come as one JSON array paired with the ids by position (see
 -- job_complete_many_with_results).
 WITH item AS (
-    SELECT t.id, t.token, NULLIF(r.value, 'null'::jsonb) AS result
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) WITH ORDINALITY AS t(id, token, n)
-      JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS r(value, n)
-        ON r.n = t.n
+    -- One unnest of three arrays, the results' made once (an InitPlan) from the JSON array
+    -- in its order: a join of the two function scans on their ordinality made the planner
+    -- expect far more rows and hash-join them against a scan of the whole table (measured:
+    -- a drain storing results fell to a third of the drain without).
+    SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
+      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[],
+                  ARRAY(SELECT r.value
+                          FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY
+                               AS r(value, n)
+                         ORDER BY r.n)) AS t(id, token, result)
 ),
 held AS MATERIALIZED (
     SELECT j.id, i.result, j.type = ANY(%(delete_types)s::text[]) AS remove
