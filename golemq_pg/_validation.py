@@ -234,7 +234,8 @@ def _check_value(job_type: str, value: Any, depth: int, stack: set[int]) -> None
         return
     if depth > MAX_DEPTH:
         raise QueuePayloadError(job_type, "nested too deeply")
-    if isinstance(value, Mapping):
+    # A plain dict first: the Mapping ABC's isinstance costs more than checking a small dict.
+    if kind is dict or isinstance(value, Mapping):
         if id(value) in stack:
             raise QueuePayloadError(job_type, "circular reference")
         stack.add(id(value))
