@@ -32,6 +32,20 @@ hint AS (
 SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 
 
+-- name: fragment_completion_items
+-- The items of a completion storing results: id, fencing token and result (NULL: none).
+-- One unnest of three arrays, the results' made once (an InitPlan) from the JSON array in
+-- its order: a join of the two function scans on their ordinality made the planner expect
+-- far more rows and hash-join them against a scan of the whole table (measured: a drain
+-- storing results fell to a third of the drain without).
+SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
+  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[],
+              ARRAY(SELECT r.value
+                      FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY
+                           AS r(value, n)
+                     ORDER BY r.n)) AS t(id, token, result)
+
+
 -- name: job_complete_many_with_results
 -- job_complete_many storing each item's result: used only when a batch carries a result and
 -- no type of the worker deletes on success. The results come as ONE JSON array, item by
@@ -40,16 +54,7 @@ SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 -- fraction of that (measured). Ids written come back as one comma-separated text, as in
 -- job_complete_many.
 WITH item AS (
-    -- One unnest of three arrays, the results' made once (an InitPlan) from the JSON array
-    -- in its order: a join of the two function scans on their ordinality made the planner
-    -- expect far more rows and hash-join them against a scan of the whole table (measured:
-    -- a drain storing results fell to a third of the drain without).
-    SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[],
-                  ARRAY(SELECT r.value
-                          FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY
-                               AS r(value, n)
-                         ORDER BY r.n)) AS t(id, token, result)
+    {fragment_completion_items}
 ),
 done AS (
     UPDATE {schema}.jobs j
@@ -77,19 +82,10 @@ SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
 -- delete_types (delete_on "success" or "always") are deleted instead of updated, under the
 -- same fence: the held rows are locked first, so the delete and the update act on exactly
 -- the fenced rows. Returns the ids written either way (one comma-separated text, as in
--- job_complete_many) and announces them once on "done". The results come as one JSON array paired with the ids by position (see
--- job_complete_many_with_results).
+-- job_complete_many) and announces them once on "done". The results come as one JSON
+-- array paired with the ids by position (fragment_completion_items).
 WITH item AS (
-    -- One unnest of three arrays, the results' made once (an InitPlan) from the JSON array
-    -- in its order: a join of the two function scans on their ordinality made the planner
-    -- expect far more rows and hash-join them against a scan of the whole table (measured:
-    -- a drain storing results fell to a third of the drain without).
-    SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[],
-                  ARRAY(SELECT r.value
-                          FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY
-                               AS r(value, n)
-                         ORDER BY r.n)) AS t(id, token, result)
+    {fragment_completion_items}
 ),
 held AS MATERIALIZED (
     SELECT j.id, i.result, j.type = ANY(%(delete_types)s::text[]) AS remove
