@@ -27,6 +27,7 @@ from golemq_pg.store.port import (
     claim_blocked,
 )
 from golemq_pg.worker.pool import DEFAULT_CLAIM_CAP
+from golemq_pg.worker.poolclaim import type_slots
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import Unit
@@ -304,19 +305,7 @@ class ClaimLoop(Service):
             if limit <= 0:
                 continue
             remaining -= limit
-            spec = pool.spec
-            slots.append(
-                TypeSlots(
-                    type=pool.type,
-                    limit=limit,
-                    lease_seconds=pool.lease_seconds,
-                    serialize_by_scope=spec.serialize_by_scope,
-                    not_while_running=spec.not_while_running,
-                    waits_for=spec.waits_for,
-                    grouped=spec.grouped,
-                    max_batch=spec.max_batch,
-                )
-            )
+            slots.append(type_slots(pool, limit))
         return slots
 
     def _unreserve(self, slots: Sequence[TypeSlots]) -> None:
