@@ -6,5 +6,5 @@ for the method and the latest full run.
 The harness lives in the source checkout only: it is not installed with the package.
 ``golemq-pg bench`` finds it beside an editable install (``pip install -e '.[bench]'``) and
 runs it in-process, from any directory; its default output paths are this folder's ``out/``
-and ``RESULTS.md``.
+and ``benchmarks/RESULTS.md``.
 """

@@ -1,4 +1,5 @@
-"""Turning outcomes into ratios, a terminal table, a JSON file, a PNG chart and RESULTS.md."""
+"""Turning outcomes into ratios, a terminal table, a JSON file, a PNG chart and
+benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ class Target:
     ok: bool
     ratio: float | None = None
     of: str = ""
-    source: str = "BENCHMARKS.md"
+    source: str = "docs/BENCHMARKS.md"
 
     @property
     def ratio_text(self) -> str:
@@ -190,7 +191,7 @@ class _Checks:
 
 
 def targets(outcomes: list[Outcome]) -> list[Target]:
-    """Check golemq-pg's figures of this run against the targets of BENCHMARKS.md and of
+    """Check golemq-pg's figures of this run against the targets of docs/BENCHMARKS.md and of
     issues 16, 17 and 19 (where measured): medians of the runs, ratios as the median of the
     per-run ratios (run i of both sides measured in the same pass)."""
     checks = _Checks()
@@ -202,13 +203,13 @@ def targets(outcomes: list[Outcome]) -> list[Target]:
     if scale:
         m = scale.median()
         checks.ratio(f"drain rate at {m['backlog_large']:,.0f} pending >= 0.8x the rate at "
-                     f"{m['backlog_small']:,.0f}", "BENCHMARKS.md",
+                     f"{m['backlog_small']:,.0f}", "docs/BENCHMARKS.md",
                      f"{_rate(m['large_per_s'])} vs {_rate(m['small_per_s'])}",
                      m["large_over_small"], f"the rate at {m['backlog_small']:,.0f}",
                      at_least=0.8)
     rss = _find(outcomes, "rss", "golemq-pg")
     if rss:
-        checks.bound("worker RSS < 150 MB while draining", "BENCHMARKS.md; issue 19",
+        checks.bound("worker RSS < 150 MB while draining", "docs/BENCHMARKS.md; issue 19",
                      rss.median()["peak_rss_mb"], " MB", below=150)
     return checks.found
 
@@ -220,15 +221,15 @@ def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         drain = scenario_named("drain")
         measured = (f"golemq-pg {_rate(plain.median()['jobs_per_s'])}, PGQueuer best "
                     f"{_rate(reference_value(outcomes, drain, 'pgqueuer'))}")
-        checks.ratio("drain >= 2.5x PGQueuer's best", "BENCHMARKS.md", measured,
+        checks.ratio("drain >= 2.5x PGQueuer's best", "docs/BENCHMARKS.md", measured,
                      r.get("pgqueuer"), "PGQueuer best", at_least=2.5)
         checks.ratio("drain >= 3x PGQueuer's best configuration", "issue 19", measured,
                      r.get("pgqueuer"), "PGQueuer best", at_least=3.0)
     # "At the same batch size": each golemq-pg configuration against the ceiling's best
     # thread count at its batch size (the default claims up to 500 jobs at a time).
     for key, batch, label, source in (
-            (f"c{CONCURRENCY}b100", 100, "batch_size=100", "BENCHMARKS.md"),
-            (f"c{CONCURRENCY}", 500, "default batch (<= 500)", "BENCHMARKS.md"),
+            (f"c{CONCURRENCY}b100", 100, "batch_size=100", "docs/BENCHMARKS.md"),
+            (f"c{CONCURRENCY}", 500, "default batch (<= 500)", "docs/BENCHMARKS.md"),
             (FEATURES_ON, 500, "every feature on: result stored, registry heartbeats, "
                                "completion NOTIFY, PrometheusObserver; default batch (<= 500)",
              "issue 19"),
@@ -260,9 +261,9 @@ def _latency_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     notify = _find(outcomes, "latency", "golemq-pg", "notify")
     if notify:
         m = notify.median()
-        checks.bound("latency p50 <= 3 ms (LISTEN/NOTIFY)", "BENCHMARKS.md", m["p50_ms"],
+        checks.bound("latency p50 <= 3 ms (LISTEN/NOTIFY)", "docs/BENCHMARKS.md", m["p50_ms"],
                      " ms", at_most=3)
-        checks.bound("latency p99 <= 10 ms (LISTEN/NOTIFY)", "BENCHMARKS.md", m["p99_ms"],
+        checks.bound("latency p99 <= 10 ms (LISTEN/NOTIFY)", "docs/BENCHMARKS.md", m["p99_ms"],
                      " ms", at_most=10)
         listen = _find(outcomes, "latency", "raw-sql", "listen")
         if listen:
@@ -284,7 +285,7 @@ def _latency_targets(outcomes: list[Outcome], checks: _Checks) -> None:
 def _enqueue_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     bulk = _find(outcomes, "bulk", "golemq-pg", f"c{CONCURRENCY}")
     if bulk:
-        checks.bound("add_many >= 150k jobs/s", "BENCHMARKS.md; issue 19",
+        checks.bound("add_many >= 150k jobs/s", "docs/BENCHMARKS.md; issue 19",
                      bulk.median()["jobs_per_s"], " jobs/s", at_least=150_000)
     bulk_async = _find(outcomes, "bulk", "golemq-pg", "async")
     if bulk and bulk_async:
@@ -298,7 +299,7 @@ def _enqueue_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     if single and bare:
         per_run = [a["ms_per_add"] / b["ms_per_add"]
                    for a, b in zip(single.runs, bare.runs, strict=False)]
-        checks.ratio("single add within 1.2x of a bare INSERT+COMMIT", "BENCHMARKS.md",
+        checks.ratio("single add within 1.2x of a bare INSERT+COMMIT", "docs/BENCHMARKS.md",
                      f"{single.median()['ms_per_add']:.3f} ms vs "
                      f"{bare.median()['ms_per_add']:.3f} ms", statistics.median(per_run),
                      "the time", at_most=1.2)
@@ -333,18 +334,18 @@ def _guarded_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         if guarded and plain:
             measured = f"{jobs(guarded)} vs {jobs(plain)}"
             pair = paired_ratio(guarded, plain)
-            checks.ratio(f"{label} >= 0.5x the same backlog unguarded", "BENCHMARKS.md",
+            checks.ratio(f"{label} >= 0.5x the same backlog unguarded", "docs/BENCHMARKS.md",
                          measured, pair, "the same backlog unguarded", at_least=0.5)
             checks.ratio(f"{label} >= 0.7x the same backlog unguarded", "issue 19",
                          measured, pair, "the same backlog unguarded", at_least=0.7)
         if guarded:
-            checks.ratio(f"{label} >= 0.5x unguarded (unscoped jobs)", "BENCHMARKS.md",
+            checks.ratio(f"{label} >= 0.5x unguarded (unscoped jobs)", "docs/BENCHMARKS.md",
                          f"{jobs(guarded)} vs {jobs(unguarded)}",
                          ratios(outcomes, guarded).get("golemq-pg"), "unguarded", at_least=0.5)
     for key, label, source in (
-            ("resource-open", "resource pool, cap above the worker's leases", "BENCHMARKS.md"),
+            ("resource-open", "resource pool, cap above the worker's leases", "docs/BENCHMARKS.md"),
             ("resource", "resource pool, cap = handler concurrency (binding)" + bound_note,
-             "BENCHMARKS.md; issue 19")):
+             "docs/BENCHMARKS.md; issue 19")):
         guarded = _find(outcomes, "guarded", "golemq-pg", key)
         if guarded:
             checks.ratio(f"{label} >= 0.5x unguarded", source,
@@ -411,8 +412,8 @@ def print_tables(console: Console, outcomes: list[Outcome], found: list[Target])
         console.print(targets_summary(found))
 
 
-#: The heading of the target table, on the terminal and in RESULTS.md.
-TARGETS_TITLE = "Targets (BENCHMARKS.md, issues 16, 17 and 19)"
+#: The heading of the target table, on the terminal and in benchmarks/RESULTS.md.
+TARGETS_TITLE = "Targets (docs/BENCHMARKS.md, issues 16, 17 and 19)"
 
 
 def targets_summary(found: list[Target]) -> str:

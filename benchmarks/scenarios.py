@@ -1,4 +1,4 @@
-"""The scenarios of BENCHMARKS.md: what each one sets up, runs and reports.
+"""The scenarios of docs/BENCHMARKS.md: what each one sets up, runs and reports.
 
 Every run of every scenario gets its own fresh sandbox (schema or database), so no run
 inherits bloat, statistics or leftovers from another.

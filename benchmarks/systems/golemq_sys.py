@@ -157,7 +157,7 @@ class GolemqSystem(System):
         features = {"prometheus": True, "result": True}
         if scenario == "drain":
             # The default claims adaptively, up to 500 jobs a claim; batch_size=100 is the
-            # configuration to set against the ceiling's B=100 (BENCHMARKS.md: "at the same
+            # configuration to set against the ceiling's B=100 (docs/BENCHMARKS.md: "at the same
             # batch size").
             return [default,
                     Variant(self.name, f"c{CONCURRENCY}b100",

@@ -188,7 +188,7 @@ def test_the_results_md_target_table_says_met_and_not_met(tmp_path: Path) -> Non
                             outcomes=outcomes, found=found, command="python -m benchmarks")
     text = path.read_text(encoding="utf-8")
     assert f"## {report.TARGETS_TITLE}" in text
-    assert "| drain >= 2.5x PGQueuer's best | BENCHMARKS.md |" in text
+    assert "| drain >= 2.5x PGQueuer's best | docs/BENCHMARKS.md |" in text
     assert "| 2.60x PGQueuer best | met |" in text
     assert "| 2.60x PGQueuer best | NOT met |" in text
     assert "1 of 2 targets met in this run; not met: 1." in text
