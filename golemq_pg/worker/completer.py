@@ -83,8 +83,6 @@ class Completer(Service):
         super().__init__("golemq-completer", owner)
         self.store = store
         self.hub = hub
-        #: Whether any observer is attached (fixed for the worker's life).
-        self.observed = bool(hub)
         self.delay = delay
         self.max_items = max(max_items, 1)
         self._hint = hint
@@ -221,7 +219,7 @@ class Completer(Service):
             if done is None:  # gave up (end of shutdown): the leases will expire
                 return
             written |= done
-        if len(written) < len(items) or self.observed:
+        if len(written) < len(items) or self.hub.active:
             # Someone to tell, or an item the store refused: per item. A drain without
             # observers whose every lease held skips the walk.
             self._report(kind, group, written)

@@ -51,8 +51,6 @@ class Executor:
     ) -> None:
         self.lock = runtime.lock
         self.hub = runtime.hub
-        #: Whether any observer is attached (fixed for the worker's life): read per job.
-        self.observed = bool(runtime.hub)
         self.supervisor = supervisor
         self.reporter = reporter
         # The bound method, looked up once rather than per job.
@@ -111,7 +109,7 @@ class Executor:
             supervisor = self.supervisor
             if deadline < supervisor.planned:
                 supervisor.kick()
-        if self.observed:
+        if self.hub.active:  # any observer attached (fixed for the worker's life)
             self.hub.started((unit.jobs, started - unit.claimed_at if unit.claimed_at else 0.0))
         signal = unit.signal
         if spec.grouped:
