@@ -55,6 +55,12 @@ _CHUNK = 1000
 _CHUNK_RESULT_BYTES = 8 * 1024 * 1024
 #: Retries due within this many seconds wake the claim loop instead of waiting for a poll.
 SOON = 0.05
+#: The claim loop holds off while this many times ``max_items`` outcomes wait to be written
+#: (queued or in the write in flight): a completer the database slows down then slows the
+#: claims with it. Unbounded, finished but unacknowledged jobs piled up (40,000 measured in
+#: a drain beside a retention sweep): their leases ran out, the reaper gave them to be run
+#: again, and shutdown spent its whole budget writing them.
+BACKLOG_BATCHES = 4
 
 Entry = tuple[int, "Unit", Sequence[Any], bool]
 
@@ -91,6 +97,9 @@ class Completer(Service):
         self._pending = threading.Event()
         self._full = threading.Event()
         self._busy = False
+        #: Outcomes taken by the write in flight (see :meth:`backlogged`).
+        self._writing = 0
+        self._backlog_limit = BACKLOG_BATCHES * self.max_items
         #: Per type whose settled leases may let a guarded claim proceed: the handler types
         #: of this worker that may then claim (see :func:`unblocked_by`). Its outcomes are
         #: written without the accumulation delay.
@@ -140,6 +149,11 @@ class Completer(Service):
         """Nothing queued and nothing being written."""
         return not self._entries and not self._busy
 
+    def backlogged(self) -> bool:
+        """Too many outcomes wait to be written: the claim loop holds off until a flush (which
+        wakes it) brings the backlog down (see ``BACKLOG_BATCHES``)."""
+        return len(self._entries) + self._writing >= self._backlog_limit
+
     # -- the loop (hooks of Service) ----------------------------------------------------------
     def pause(self, wait: float | None) -> None:
         """Wait for the first outcome, then let more accumulate for ``delay`` (or until
@@ -160,6 +174,7 @@ class Completer(Service):
                 self.flush()
             finally:
                 self._busy = False
+                self._writing = 0
                 self._wake()
 
     def kick(self) -> None:
@@ -185,9 +200,12 @@ class Completer(Service):
         """Write everything queued now (called by the flusher thread)."""
         entries = self._entries
         batch: list[list[Entry]] = [[], [], [], []]
+        taken = 0
         while entries:
             entry = entries.popleft()
             batch[entry[0]].append(entry)
+            taken += 1
+        self._writing = taken
         for kind in (COMPLETE, RETRY, FAIL, RELEASE):
             if batch[kind]:
                 self._write(kind, batch[kind])

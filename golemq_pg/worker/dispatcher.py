@@ -61,7 +61,9 @@ class ClaimLoop(Service):
 
     ``pools`` are the buffered pools it fills (the runtime's registry, seen whole);
     ``writes_idle`` says whether the completer has nothing left to write (``run_until_empty``
-    waits for it); ``blocked`` diagnoses types a guard keeps getting nothing for. It pauses
+    waits for it); ``writes_backlogged`` whether it has so much that claiming must wait for
+    its next flush (which wakes the loop); ``blocked`` diagnoses types a guard keeps getting
+    nothing for. It pauses
     on the runtime's wake event, which a finishing handler, a flush, a hint or a stop sets.
     """
 
@@ -71,6 +73,7 @@ class ClaimLoop(Service):
         pools: Mapping[str, TypePool],
         *,
         writes_idle: Callable[[], bool],
+        writes_backlogged: Callable[[], bool],
         blocked: BlockedReporter,
         batch_size: int | None,
     ) -> None:
@@ -78,6 +81,7 @@ class ClaimLoop(Service):
         self.runtime = runtime
         self.pools = pools
         self._writes_idle = writes_idle
+        self._writes_backlogged = writes_backlogged
         self.batch_size = batch_size or DEFAULT_BATCH_CAP
         #: Running average of the claim round trip (seconds), for adaptive prefetch.
         self.claim_seconds: float | None = None
@@ -216,6 +220,8 @@ class ClaimLoop(Service):
             if idle and runtime.maintained.is_set():
                 self.drained.set()
             return None
+        if self._writes_backlogged():
+            return None  # the completer is behind: its next flush wakes us
         poll_due = now >= self._next_poll or idle
         # The rotation advances only when a claim is sent (below): advancing it on every pass
         # could lock its phase to the loop's rhythm and always put the same type first.

@@ -91,6 +91,11 @@ class Service:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+            if thread.is_alive():
+                # Shutdown moves on; a daemon thread still busy (a write stuck on the
+                # database) ends with the process or when its call returns.
+                log.warning("worker_thread_still_running", worker_id=self.owner,
+                            thread=self.name, waited=timeout)
 
     def _run(self) -> None:
         failures = 0

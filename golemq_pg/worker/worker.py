@@ -375,6 +375,7 @@ class Worker:
             pools[spec.type] = TypePool(runtime, spec, executor, outcomes,
                                         batch_size=cfg.batch_size)
         claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
+                               writes_backlogged=completer.backlogged,
                                blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
         claims = CompletionClaims(runtime, pools, claim_loop.take,
                                   batch_cap=claim_loop.batch_size)

@@ -97,7 +97,7 @@ class PostgresStore(
         rate_window: float = 60.0,
         listen_dsn: str | None = None,
         **options: Unpack[ConnectOptions],
-    ) -> PostgresStore:
+    ) -> Self:
         """A store owning a connection pool to ``dsn`` (closed by :meth:`close`).
 
         ``options`` (``ConnectOptions``): ``statement_timeout`` (30), ``lock_timeout`` (10),
