@@ -1,14 +1,22 @@
-"""The completion flusher without a database: which outcomes skip the accumulation delay, and
-that a committed write re-arms the claim of the guarded types it may unblock."""
+"""The completion flusher without a database: which outcomes skip the accumulation delay,
+that a committed write re-arms the claim of the guarded types it may unblock, and that a
+completer that cannot write holds the claims back."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from golemq_pg import InMemoryStore, JobEvent, Queue, Resource, Worker
+from golemq_pg import InMemoryStore, JobEvent, JobStatus, Queue, Resource, Worker
 from golemq_pg.store.port import LeaseRef, ResultRef
-from golemq_pg.worker.completer import _result_chunks, delete_types, unblocked_by
+from golemq_pg.worker.completer import (
+    BACKLOG_BATCHES,
+    _result_chunks,
+    delete_types,
+    unblocked_by,
+)
 from golemq_pg.worker.handlers import build_spec
 from golemq_pg.worker.runtime import Runtime
 from tests.support.worker_runtime import bare_completer, bare_runtime
@@ -125,3 +133,64 @@ def test_delete_on_of_the_handler_wins_over_the_worker() -> None:
         )
     )
     assert delete_types(runtime) == (("success", "always"), ("always",))
+
+
+class _StalledCompletions(InMemoryStore):
+    """An in-memory store whose completing writes wait until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.stalled = threading.Event()
+
+    def job_complete_many(
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+    ) -> set[str]:
+        self.stalled.set()
+        assert self.go.wait(30)
+        return super().job_complete_many(owner, items, delete_types=delete_types)
+
+
+def _settled(count: Callable[[], int], quiet: float = 0.5, limit: float = 20.0) -> int:
+    """``count()`` once it has not changed for ``quiet`` seconds (at most ``limit``)."""
+    deadline = time.monotonic() + limit
+    last, since = count(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return now
+    raise AssertionError("the count kept changing")
+
+
+def test_claims_hold_off_while_completions_cannot_be_written() -> None:
+    # The database stops acknowledging: the worker must not go on claiming (and running)
+    # jobs whose outcomes it cannot write, but stop at a bounded backlog, then resume.
+    store = _StalledCompletions()
+    total = 10 * BACKLOG_BATCHES * 500
+    Queue(store).add_many("plain", [{"n": n} for n in range(total)])
+    worker = Worker(store, poll_interval=0.05, notify=False)
+    runs: list[int] = []
+    finished = threading.Event()
+
+    @worker.handler("plain", concurrency=32)
+    def plain(job: JobEvent[Any]) -> None:
+        runs.append(job.payload["n"])
+        if len(runs) == total:
+            finished.set()
+
+    worker.start()
+    try:
+        assert store.stalled.wait(10)
+        held = _settled(lambda: len(runs))
+        # The backlog (4 batches of 500 outcomes) plus what was claimed before the loop saw it.
+        assert BACKLOG_BATCHES * 500 <= held < 2 * BACKLOG_BATCHES * 500
+        store.go.set()
+        assert finished.wait(60)
+    finally:
+        store.go.set()
+        worker.stop()
+    assert sorted(runs) == list(range(total))
+    assert Queue(store).count_by_status()[JobStatus.SUCCEEDED] == total
