@@ -22,12 +22,14 @@ Phases, each in a fresh schema made and dropped by the harness (``benchmarks/san
 5. **retention beside a drain**: a worker with ``Retention(older_than=1 h)`` sweeps every
    finished row (1,000 a statement, back to back) while another drains, topped up by a
    producer, until the sweep is done (at most ``--sweep-seconds``); claim p99 during the
-   sweep against phase 4's, rows swept per second.
+   sweep against phase 4's, rows swept per second (``--sweep-seconds 0``: no sweep).
 6. **soak**: a worker drains at full speed for ``--soak-minutes`` while a producer tops the
    backlog up by what it finished (at most ``SOAK_AHEAD`` ahead; the first 10M-row run, of
    2026-12-01, had a producer without that bound, which outran the worker); table and
    index sizes, dead tuples and the HOT-update share before and after, then again after a
-   ``VACUUM``.
+   ``VACUUM``. ``--autovacuum`` gives the table the per-table autovacuum settings that
+   docs/DEPLOYMENT.md recommends; the autovacuum and autoanalyze counts are in every table
+   state.
 
 Figures go to stdout and to ``--out`` (JSON).
 """
@@ -80,6 +82,17 @@ SELECT n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
 WHERE relid = %(table)s::regclass
 """
 _BACKENDS = "SELECT pid FROM pg_stat_activity WHERE application_name = %(app)s"
+#: The per-table autovacuum settings docs/DEPLOYMENT.md recommends (``--autovacuum``).
+_RECOMMENDED_AUTOVACUUM = """
+ALTER TABLE {jobs} SET (
+    autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 10000,
+    autovacuum_vacuum_insert_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 1)
+"""
+_VACUUMS = """
+SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables
+WHERE relid = %(table)s::regclass
+"""
 
 
 class TimedStore(PostgresStore):
@@ -209,7 +222,9 @@ def table_state(box: Sandbox) -> dict[str, Any]:
         sizes = {name: round(size / 2**20, 1)
                  for name, size in conn.execute(_SIZES, {"table": table}).fetchall()}
         live, dead, upd, hot = conn.execute(_TUPLES, {"table": table}).fetchall()[0]
-    return {"mb": sizes, "table_mb": sizes.get("jobs", 0.0),
+        autovacuums, autoanalyzes = conn.execute(_VACUUMS, {"table": table}).fetchall()[0]
+    return {"autovacuums": autovacuums, "autoanalyzes": autoanalyzes,
+            "mb": sizes, "table_mb": sizes.get("jobs", 0.0),
             "indexes_mb": round(sum(v for k, v in sizes.items() if k != "jobs"), 1),
             "live": live, "dead": dead, "hot_update_share": round(hot / upd, 3) if upd else None}
 
@@ -295,6 +310,11 @@ def phase_big(dsn: str, args: argparse.Namespace, cost_rate: float) -> dict[str,
             _fill(box, _FILL_DUE, finished + 1, args.rows)
             out["generate_seconds"] = round(time.perf_counter() - started, 1)
             out["vacuum_analyze_seconds"] = _vacuum(box)
+            if args.autovacuum:
+                with psycopg.connect(box.dsn, autocommit=True) as conn:
+                    out["server_autovacuum"] = conn.execute("SHOW autovacuum").fetchone()
+                    conn.execute(sql.SQL(_RECOMMENDED_AUTOVACUUM).format(
+                        jobs=sql.Identifier(box.schema_name, "jobs")))
             out["after_generate"] = table_state(box)
             print("generated", json.dumps(out), flush=True)
             out["reads"] = reads(queue)
@@ -302,10 +322,11 @@ def phase_big(dsn: str, args: argparse.Namespace, cost_rate: float) -> dict[str,
             out["drain"]["rate_vs_small_backlog"] = round(
                 out["drain"]["jobs_per_s"] / cost_rate, 3)
             print("drained", json.dumps(out["drain"]), flush=True)
-            out["sweep"] = _sweep(box, queue, store, args.sweep_seconds)
-            out["sweep"]["claim_p99_without_sweep_ms"] = out["drain"]["claim_p99_ms"]
-            print("swept", json.dumps(out["sweep"]), flush=True)
-            out["reads_after_sweep"] = reads(queue)
+            if args.sweep_seconds > 0:
+                out["sweep"] = _sweep(box, queue, store, args.sweep_seconds)
+                out["sweep"]["claim_p99_without_sweep_ms"] = out["drain"]["claim_p99_ms"]
+                print("swept", json.dumps(out["sweep"]), flush=True)
+                out["reads_after_sweep"] = reads(queue)
             out["soak"] = _soak(box, queue, store, args.soak_minutes)
         finally:
             store.close()
@@ -400,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the most the retention sweep may run (it stops when done)")
     p.add_argument("--soak-minutes", type=float, default=15.0)
     p.add_argument("--cost-only", action="store_true", help="only phase 1")
+    p.add_argument("--autovacuum", action="store_true",
+                   help="give the big table the autovacuum settings docs/DEPLOYMENT.md "
+                        "recommends (they act only where the server's autovacuum is on)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/out/bigtable.json"))
     args = p.parse_args(argv)
     if not 0 < args.due < args.rows:

@@ -60,7 +60,7 @@ SOON = 0.05
 #: claims with it. Unbounded, finished but unacknowledged jobs piled up (40,000 measured in
 #: a drain beside a retention sweep): their leases ran out, the reaper gave them to be run
 #: again, and shutdown spent its whole budget writing them.
-BACKLOG_BATCHES = 4
+BACKLOG_BATCHES = 8
 
 Entry = tuple[int, "Unit", Sequence[Any], bool]
 

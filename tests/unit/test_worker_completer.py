@@ -185,7 +185,8 @@ def test_claims_hold_off_while_completions_cannot_be_written() -> None:
     try:
         assert store.stalled.wait(10)
         held = _settled(lambda: len(runs))
-        # The backlog (4 batches of 500 outcomes) plus what was claimed before the loop saw it.
+        # The backlog (BACKLOG_BATCHES batches of 500 outcomes), plus what was claimed
+        # before the loop saw it.
         assert BACKLOG_BATCHES * 500 <= held < 2 * BACKLOG_BATCHES * 500
         store.go.set()
         assert finished.wait(60)
