@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="exit 1 when any system run fails (default: report and go on)")
     p.add_argument("--from-json", type=Path, metavar="RESULTS_JSON",
                    help="run nothing: re-render the tables, chart and --results-md of an "
-                        "earlier results.json")
+                        "earlier results.json (its notes, then any --note)")
     p.add_argument("--list", action="store_true", help="list scenarios and systems, then exit")
     return p
 
@@ -115,7 +115,8 @@ def _rerender(args: argparse.Namespace, console: Console) -> int:
     report.write_chart(args.out / "results.png", outcomes)
     if args.results_md is not None:
         report.write_results_md(args.results_md, machine=doc["machine"], sizes=sizes,
-                                runs=doc["harness"]["runs"], notes=doc["notes"],
+                                runs=doc["harness"]["runs"],
+                                notes=doc["notes"] + list(args.note),
                                 outcomes=outcomes, found=found,
                                 command=doc["harness"].get("command", "python -m benchmarks"))
     return 0
