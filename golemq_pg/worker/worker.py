@@ -302,6 +302,11 @@ class Worker:
         is what lets tests call ``run_until_empty`` repeatedly, e.g. after moving a fake
         clock past a retry backoff.
         """
+        self._start(reset_stop=True)
+
+    def _start(self, *, reset_stop: bool) -> None:
+        """:meth:`start`; ``reset_stop=False`` (from :meth:`run`) keeps a stop that a signal
+        requested while the worker was starting, instead of forgetting it."""
         with self._stop_lock, self._state_lock:
             if self._state == "running":
                 return
@@ -311,8 +316,9 @@ class Worker:
             # The heap that exists before the first worker starts is left out of the
             # cyclic collector's scans from now on (see golemq_pg.worker.heap).
             freeze_startup_heap()
-            self._stop_requested.clear()
-            self._hurry.clear()
+            if reset_stop:
+                self._stop_requested.clear()
+                self._hurry.clear()
             self._launch()
             self._state = "running"
         log.info(
@@ -476,11 +482,16 @@ class Worker:
         """Start and block until SIGINT/SIGTERM (or ``stop()`` from another thread), then
         shut down gracefully. A second signal cuts the shutdown grace short."""
         previous: dict[signal.Signals, Any] = {}
+        # Cleared before the handlers are installed: a signal from then on, even one that
+        # arrives while the worker is still starting, stops it (start() used to clear the
+        # request it made, and the worker ran on until killed).
+        self._stop_requested.clear()
+        self._hurry.clear()
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous[signum] = signal.signal(signum, self._on_signal)
         try:
-            self.start()
+            self._start(reset_stop=False)
             while not self._stop_requested.wait(1.0):
                 pass
         finally:

@@ -195,8 +195,6 @@ def test_pool_concurrency_with_costs_across_processes(
     schema = pg_store.schema
     queue = Queue(pg_store)
     costs = {"a": 1, "b": 2, "c": 1}
-    for job_type in costs:
-        queue.add_many(job_type, [{"n": n} for n in range(80)])
     pools = {"api": {"concurrency": 3, "types": ["a", "b", "c"], "costs": costs}}
 
     def handlers(*types: str) -> list[dict[str, Any]]:
@@ -206,6 +204,10 @@ def test_pool_concurrency_with_costs_across_processes(
     procs.spawn("pool-1", handlers("a", "b"), resources=pools)
     procs.spawn("pool-2", handlers("c"), resources=pools)  # b still counts here
     procs.wait_ready()
+    # Enqueued once every process runs: a process still starting up could otherwise find
+    # the jobs of its only type gone to the others (seen on a loaded machine).
+    for job_type in costs:
+        queue.add_many(job_type, [{"n": n} for n in range(80)])
     wait_until(lambda: succeeded(pg_dsn, schema, "a", "b", "c") == 240, 120,
                interval=0.05, what=procs.tails)
     procs.stop()

@@ -3,6 +3,7 @@ SIGTERM on a real worker process."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -176,3 +177,35 @@ def test_sigterm_on_a_worker_process_with_jobs_in_flight(pg_store: PostgresStore
     rows = job_rows(pg_dsn, schema)
     assert not [r for r in rows if r[1] == "running"]
     assert all(r[1] == "pending" and r[2] == 0 for r in rows)
+
+
+class _SignalledWhileStarting(PostgresStore):
+    """The real store; opening the worker's listener (part of starting it) sends this
+    process SIGTERM, as a supervisor forwarding a stop to a child still starting up does."""
+
+    def open_listener(self, dsn: str | None = None) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return super().open_listener(dsn)
+
+
+def test_a_sigterm_that_arrives_while_the_worker_starts_still_stops_run(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    store = _SignalledWhileStarting.connect(pg_dsn, schema=pg_store.schema, max_size=4)
+    worker = Worker(store, poll_interval=0.05, shutdown_grace=1)
+
+    @worker.handler("job", concurrency=1)
+    def job(_event: JobEvent[Any]) -> None:
+        pass
+
+    # A watchdog for the old behaviour (the request was forgotten and run() went on
+    # forever): it stops the worker after 20 s, which this test then reports.
+    watchdog = threading.Timer(20, worker.stop)
+    watchdog.start()
+    started = time.monotonic()
+    try:
+        worker.run()  # pytest runs tests on the main thread: run() installs its handlers
+    finally:
+        watchdog.cancel()
+        store.close()
+    assert time.monotonic() - started < 15, "the SIGTERM sent while starting was forgotten"
