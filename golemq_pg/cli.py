@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -296,13 +297,17 @@ def stats(watch: bool, interval: float, as_json: bool) -> None:
         from rich.live import Live  # noqa: PLC0415
 
         stop = threading.Event()
+        # Ctrl-C ends the loop between two refreshes instead of raising KeyboardInterrupt
+        # wherever the main thread is: inside a pool checkout or a query, it could leave the
+        # pool waiting on closing for a connection never given back (seen: no exit at all).
+        previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
         try:
             with Live(render_stats(collect_stats(store)), console=console,
                       auto_refresh=False) as live:
                 while not stop.wait(max(interval, 0.2)):
                     live.update(render_stats(collect_stats(store)), refresh=True)
-        except KeyboardInterrupt:
-            return
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def collect_stats(store: Any) -> dict[str, Any]:
