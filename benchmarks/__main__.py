@@ -43,6 +43,7 @@ def _in_harness_dir(name: str) -> Path:
 
 
 DEFAULT_OUT = _in_harness_dir("out")
+#: benchmarks/RESULTS.md, the record of the latest full run.
 DEFAULT_RESULTS_MD = _in_harness_dir("RESULTS.md")
 
 

@@ -200,12 +200,10 @@ class Completer(Service):
         """Write everything queued now (called by the flusher thread)."""
         entries = self._entries
         batch: list[list[Entry]] = [[], [], [], []]
-        taken = 0
         while entries:
             entry = entries.popleft()
             batch[entry[0]].append(entry)
-            taken += 1
-        self._writing = taken
+        self._writing = sum(map(len, batch))
         for kind in (COMPLETE, RETRY, FAIL, RELEASE):
             if batch[kind]:
                 self._write(kind, batch[kind])

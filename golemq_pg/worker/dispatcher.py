@@ -63,8 +63,8 @@ class ClaimLoop(Service):
     ``writes_idle`` says whether the completer has nothing left to write (``run_until_empty``
     waits for it); ``writes_backlogged`` whether it has so much that claiming must wait for
     its next flush (which wakes the loop); ``blocked`` diagnoses types a guard keeps getting
-    nothing for. It pauses
-    on the runtime's wake event, which a finishing handler, a flush, a hint or a stop sets.
+    nothing for. It pauses on the runtime's wake event, which a finishing handler, a flush,
+    a hint or a stop sets.
     """
 
     def __init__(
