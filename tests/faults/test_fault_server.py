@@ -29,7 +29,7 @@ from tests.support.fault_report import env_seconds, report
 from tests.support.outage_proxy import OutageProxy
 from tests.support.server_control import ServerControl
 from tests.support.waiting import wait_until
-from tests.support.workers import type_spec
+from tests.support.workers import WorkerProc, type_spec
 
 pytestmark = pytest.mark.faults
 
@@ -48,6 +48,20 @@ def _succeeded(env: FaultEnv) -> int:
         return int(env.one("SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'"))
     except psycopg.Error:
         return -1
+
+
+def _stuck_report(env: FaultEnv, procs: list[WorkerProc], what: str) -> str:
+    """What the workers were doing when a wait after the outage ran out: the job counts,
+    each worker's last log lines and its threads' stacks."""
+    try:
+        counts: object = env.status_counts()
+    except psycopg.Error as exc:
+        counts = f"unreadable: {type(exc).__name__}"
+    parts = [f"{what} (jobs: {counts})"]
+    for proc in procs:
+        tail = "\n".join(proc.log_text().splitlines()[-15:])
+        parts.append(f"--- {proc.worker_id} alive={proc.alive()}\n{tail}\n{proc.dump_stacks()}")
+    return "\n".join(parts)
 
 
 def _warnings(logs: list[dict[str, object]]) -> int:
@@ -112,7 +126,7 @@ def test_s08_postgres_down_for_a_while_then_back(
     up = time.monotonic()
     up_at = env.db_now()
     wait_until(lambda: _succeeded(env) == 300, timeout=60, interval=0.05,
-               what="the delayed jobs ran after the outage")
+               what=lambda: _stuck_report(env, procs, "the delayed jobs ran after the outage"))
     delayed_done = time.monotonic() - up
     store = PostgresStore.connect(env.dsn, schema=env.schema, max_size=2,
                                   application_name=env.prefix + "-admin")

@@ -247,12 +247,15 @@ class Ledgers:
 
     def fault_pool(self) -> ConnectionPool[Any]:
         """The fault ledger's pool, tagged ``<worker_id>-ledger``, reconnecting through an
-        outage for as long as the test lasts."""
+        outage for as long as the test lasts. Each connection is checked as it is handed out:
+        after a server restart the pool still holds connections the server closed, and a
+        ledger write on one would fail the job under test for the ledger's own sake (with
+        no backoff, three such failures dead-lettered jobs of scenario 8)."""
         if self._fault_pool is None:
             self._fault_pool = ConnectionPool(
                 self._fault_dsn, min_size=1, max_size=self._fault_size, open=True,
                 kwargs={"autocommit": True, "application_name": self.worker_id + "-ledger"},
-                reconnect_timeout=3600,
+                reconnect_timeout=3600, check=ConnectionPool.check_connection,
             )
         return self._fault_pool
 
