@@ -1,15 +1,18 @@
-"""How PostgresStore sets up the connections it opens: no ``options`` startup parameter,
-timestamps in UTC whatever the session's zone, ``prepare=False``, ``listen_dsn``.
+"""How PostgresStore (and AsyncPostgresStore) set up the connections they open: no ``options``
+startup parameter, timestamps in UTC whatever the session's zone, ``prepare=False``,
+``listen_dsn``; a session that turned read-only is thrown away.
 (Through PgBouncer: tests/integration/test_pgbouncer.py.)"""
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 
+import psycopg
 import pytest
 
-from golemq_pg import PostgresStore, Queue, QueueConfigError, Worker
+from golemq_pg import AsyncPostgresStore, AsyncQueue, PostgresStore, Queue, QueueConfigError, Worker
 from golemq_pg.store.port import RetryItem
+from tests.support.async_bridge import LoopThread
 from tests.support.store_port import add, claim, slots
 
 
@@ -100,3 +103,57 @@ def test_listen_dsn_takes_the_listen_connections_and_only_them_elsewhere(
             assert queue.wait(job_id, timeout=20).status == "succeeded"
         finally:
             worker.stop()
+
+
+def test_the_async_store_decodes_timestamps_in_utc_when_the_session_zone_is_another(
+    pg_store: PostgresStore, pg_dsn: str, loop_thread: LoopThread
+) -> None:
+    async def scenario() -> tuple[list[datetime | None], tuple[object, ...] | None]:
+        async with await AsyncPostgresStore.connect(pg_dsn, schema=pg_store.schema,
+                                                    min_size=1, max_size=1) as store:
+            async with store.pool.connection() as conn:  # its only connection, changed
+                await conn.execute("SET TimeZone = 'Asia/Kathmandu'")
+            queue = AsyncQueue(store)
+            summary = await queue.get(await queue.add("t", {}))
+            assert summary is not None
+            async with store.pool.connection() as conn:
+                zone = await (await conn.execute("SHOW TimeZone")).fetchone()
+            return [summary.created_at, summary.run_at, summary.updated_at], zone
+
+    stamps, zone = loop_thread.run(scenario())
+    assert zone == ("Asia/Kathmandu",)  # still the other zone: decoded on the client
+    for stamp in stamps:
+        assert stamp is not None
+        assert stamp.tzinfo is UTC
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_session_that_turned_read_only_is_thrown_away_and_the_next_add_works(
+    pg_store: PostgresStore, pg_dsn: str, loop_thread: LoopThread, kind: str
+) -> None:
+    # A session that starts read-only (a role or database setting, a standby behind a
+    # failover address) stays so; the store must not hand the same connection out again.
+    read_only = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+    if kind == "sync":
+        with PostgresStore.connect(pg_dsn, schema=pg_store.schema, min_size=1,
+                                   max_size=1) as store:
+            with store.pool.connection() as conn:
+                conn.execute(read_only)
+            queue = Queue(store)
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                queue.add("t", {})
+            job_id = queue.add("t", {})
+    else:
+        async def scenario() -> str | None:
+            async with await AsyncPostgresStore.connect(pg_dsn, schema=pg_store.schema,
+                                                        min_size=1, max_size=1) as store:
+                async with store.pool.connection() as conn:
+                    await conn.execute(read_only)
+                queue = AsyncQueue(store)
+                with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                    await queue.add("t", {})
+                return await queue.add("t", {})
+
+        job_id = loop_thread.run(scenario())
+    assert job_id is not None
+    assert [job.id for job in Queue(pg_store).find(types=["t"])] == [job_id]

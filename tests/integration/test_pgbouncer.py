@@ -14,10 +14,11 @@ from datetime import UTC, timedelta
 import psycopg
 import pytest
 
-from golemq_pg import JobEvent, PostgresStore, Queue, Worker
+from golemq_pg import AsyncPostgresStore, AsyncQueue, JobEvent, PostgresStore, Queue, Worker
 from golemq_pg.store.port import RetryItem
 from golemq_pg.store.postgres._connections import PreparedStatementsUnsupported
 from tests.plugins.pgbouncer import Bouncer
+from tests.support.async_bridge import LoopThread
 from tests.support.store_port import add, claim, slots
 from tests.support.waiting import wait_until
 
@@ -96,6 +97,30 @@ def test_a_prepared_statement_gone_from_the_server_session_names_prepare_false(
         with pytest.raises(PreparedStatementsUnsupported, match=r"prepare=False") as caught:
             claim(store, guarded, owner="a")
         assert isinstance(caught.value.__cause__, psycopg.errors.InvalidSqlStatementName)
+
+
+def test_the_async_store_names_prepare_false_when_its_prepared_add_is_gone_from_the_server(
+    pgbouncer: Bouncer, migrated: str, prepared: str, loop_thread: LoopThread
+) -> None:
+    async def scenario() -> tuple[BaseException, str | None]:
+        async with await AsyncPostgresStore.connect(pgbouncer.dsn(prepared), schema=migrated,
+                                                    min_size=1, max_size=1) as store:
+            queue = AsyncQueue(store)
+            for n in range(8):  # past psycopg's prepare_threshold (5): the add is prepared
+                await queue.add("t", {"n": n})
+            # What a pooler does when the next transaction lands on another server session.
+            with psycopg.connect(pgbouncer.dsn(prepared), autocommit=True,
+                                 prepare_threshold=None) as other:
+                other.execute("DEALLOCATE ALL")
+            with pytest.raises(PreparedStatementsUnsupported, match=r"prepare=False") as caught:
+                await queue.add("t", {"n": 8})
+            # The connection whose cache no longer matched was thrown away: the next add
+            # runs on a fresh one.
+            return caught.value, await queue.add("t", {"n": 9})
+
+    error, job_id = loop_thread.run(scenario())
+    assert isinstance(error.__cause__, psycopg.errors.InvalidSqlStatementName)
+    assert job_id is not None
 
 
 def test_prepare_false_prepares_nothing_on_a_server_session_many_clients_share(

@@ -21,7 +21,6 @@ from typing import Any, Self, Unpack
 
 import psycopg
 import structlog
-from psycopg import pq
 from psycopg_pool import AsyncConnectionPool
 
 from golemq_pg._types import JobSummary
@@ -30,8 +29,11 @@ from golemq_pg.store.postgres import _cancel, _control, _registry, _schedules
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
+    CheckoutEnd,
     ConnectionOptions,
     ConnectOptions,
+    PoolerReport,
+    checkout_end,
     ensure_utc,
     pool_options,
 )
@@ -92,6 +94,7 @@ class AsyncPostgresStore:
         self._schema = schema
         self._ctx = PlanContext(queries_for(schema), schema, queue_identity(pool.conninfo, schema))
         self._waiters = AsyncJobWaiters(pool, self._ctx)
+        self._pooler = PoolerReport(schema)
         self._owns_pool = False
         self._dsn: str | None = None
         self._bound: psycopg.AsyncConnection[Any] | None = None
@@ -230,27 +233,33 @@ class AsyncPostgresStore:
         # found read-only is thrown away by the executor (owned=True).
         if self._bound is not None:
             return _given(self._bound)
-        return _AsyncCheckout(self._pool)
+        return _AsyncCheckout(self)
 
 
 class _AsyncCheckout:
     """``async with``: a connection of the pool for one verb, given back at the end.
 
-    What ``pool.connection()`` does (commit on success, rollback on error, ``putconn``)
-    without entering the connection's own ``async with`` block, whose exit awaits
-    ``commit()`` (its lock and a wait) even on an idle autocommit connection: the commit
-    runs only when a transaction is open (a wrapped pool's non-autocommit connection), as
-    ``commit()`` itself would decide. The sync store's ``PoolCheckout`` is the same.
+    The sync store's ``PoolCheckout`` awaited: what ``pool.connection()`` does (commit on
+    success, rollback on error, ``putconn``) without entering the connection's own
+    ``async with`` block, whose exit awaits ``commit()`` (its lock and a wait) even on an
+    idle autocommit connection. What becomes of the connection is ``checkout_end``'s
+    decision, the same as the sync checkout's: a read-only session is thrown away, and a
+    pooler's prepared-statement error becomes :class:`PreparedStatementsUnsupported`. A
+    connection of a pool the store opened gets UTC decoding at each checkout.
     """
 
-    __slots__ = ("_conn", "_pool")
+    __slots__ = ("_conn", "_store")
 
-    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
-        self._pool = pool
+    def __init__(self, store: AsyncPostgresStore) -> None:
+        self._store = store
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        conn: psycopg.AsyncConnection[Any] = await self._pool.getconn()
+        conn: psycopg.AsyncConnection[Any] = await self._store._pool.getconn()
+        if self._store._owns_pool:
+            # Another client's SET TimeZone on a pooler's shared server session, or one
+            # behind the store's back: timestamps still decode as UTC (one libpq lookup).
+            ensure_utc(conn)
         self._conn = conn
         return conn
 
@@ -263,19 +272,21 @@ class _AsyncCheckout:
         conn = self._conn
         assert conn is not None  # noqa: S101 - __aenter__ ran
         self._conn = None
+        end = checkout_end(conn, exc)
         try:
-            if conn.closed:
-                return
-            if exc is None:
-                if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                    await conn.commit()
-                return
-            try:
-                await conn.rollback()
-            except Exception as exc2:  # noqa: BLE001 - the verb's error is the one to see
-                log.warning("store_rollback_failed", error=type(exc2).__name__)
+            if end is CheckoutEnd.COMMIT:
+                await conn.commit()
+            elif end is CheckoutEnd.ROLLBACK:
+                try:
+                    await conn.rollback()
+                except Exception as exc2:  # noqa: BLE001 - the verb's error is the one to see
+                    log.warning("store_rollback_failed", error=type(exc2).__name__)
+            elif end is not CheckoutEnd.KEEP:
+                await conn.close()
+                if end is CheckoutEnd.DISCARD_POOLER and exc is not None:
+                    raise self._store._pooler.translate(exc) from exc
         finally:
-            await self._pool.putconn(conn)
+            await self._store._pool.putconn(conn)
 
 
 @asynccontextmanager

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar
 
@@ -270,6 +271,68 @@ def pooler_error(exc: BaseException) -> PreparedStatementsUnsupported | None:
     return None
 
 
+class PoolerReport:
+    """Turns a pooler's prepared-statement error into :class:`PreparedStatementsUnsupported`,
+    logging the fix once per store (sync and async stores alike)."""
+
+    __slots__ = ("schema", "warned")
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.warned = False
+
+    def translate(self, exc: BaseException) -> BaseException:
+        """``exc``, or the clear error naming ``prepare=False`` when a pooler refused this
+        store's prepared statements."""
+        clear = pooler_error(exc)
+        if clear is None:
+            return exc
+        if not self.warned:
+            self.warned = True
+            log.error("store_prepared_statements_refused", schema=self.schema,
+                      error_type=type(exc).__name__, fix="prepare=False")
+        return clear
+
+
+# -- what becomes of a pooled connection at the end of a verb ----------------------------------
+class CheckoutEnd(Enum):
+    """What a checkout does with its connection once the verb ended (:func:`checkout_end`)."""
+
+    #: The verb succeeded and the connection is idle (autocommit): give it back as it is.
+    KEEP = "keep"
+    #: The verb succeeded inside a transaction the checkout opened (a wrapped pool's
+    #: non-autocommit connection): commit, then give it back.
+    COMMIT = "commit"
+    #: The verb failed: roll back whatever it left open, then give it back.
+    ROLLBACK = "rollback"
+    #: Throw the connection away. A session that started read-only (``default_transaction_
+    #: read_only`` on the role or database for a while, a standby behind a failover address)
+    #: stays so for its whole life: the pool would hand out the same refusing connections
+    #: forever, while a fresh one sees the current setting. Also a connection already closed.
+    DISCARD = "discard"
+    #: Throw it away and raise :class:`PreparedStatementsUnsupported`: a pooler mixed
+    #: prepared statements across clients, so this connection's statement cache no longer
+    #: matches its server session.
+    DISCARD_POOLER = "discard-pooler"
+
+
+def checkout_end(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+                 exc: BaseException | None) -> CheckoutEnd:
+    """What the checkout does with ``conn`` once its verb ended with ``exc`` (None: success):
+    the one decision of the sync and the async checkouts,
+    which only differ in awaiting what it asks for."""
+    if exc is None:
+        if conn.closed:
+            return CheckoutEnd.DISCARD
+        idle = conn.pgconn.transaction_status == _IDLE
+        return CheckoutEnd.KEEP if idle else CheckoutEnd.COMMIT
+    if pooler_error(exc) is not None:
+        return CheckoutEnd.DISCARD_POOLER
+    if conn.closed or isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return CheckoutEnd.DISCARD
+    return CheckoutEnd.ROLLBACK
+
+
 #: Sets up a connection the store just opened (pooled or LISTEN).
 Setup = Callable[[psycopg.Connection[Any]], None]
 
@@ -324,8 +387,8 @@ class Shared:
     """State shared by a store and the connection-bound stores derived from it."""
 
     __slots__ = (
-        "claimer", "ctx", "dsn", "listen_dsn", "owns_pool", "pool", "pooler_warned",
-        "queries", "schema", "setup", "waiters",
+        "claimer", "ctx", "dsn", "listen_dsn", "owns_pool", "pool", "pooler", "queries",
+        "schema", "setup", "waiters",
     )
 
     def __init__(
@@ -349,7 +412,7 @@ class Shared:
         #: What each LISTEN connection runs once open (the session settings of an owned
         #: pool's connections; None for a wrapped pool: its connections are the caller's).
         self.setup: Setup | None = None
-        self.pooler_warned = False
+        self.pooler = PoolerReport(schema)
         # queue.wait(): no thread or connection until the first wait.
         self.waiters = JobWaiters(pool, self.ctx, lambda: self.listen_dsn or self.dsn,
                                   on_error=self.translate, setup=lambda: self.setup,
@@ -364,14 +427,7 @@ class Shared:
     def translate(self, exc: BaseException) -> BaseException:
         """``exc``, or the clear error naming ``prepare=False`` when a pooler refused this
         store's prepared statements (logged once per store)."""
-        clear = pooler_error(exc)
-        if clear is None:
-            return exc
-        if not self.pooler_warned:
-            self.pooler_warned = True
-            log.error("store_prepared_statements_refused", schema=self.schema,
-                      error_type=type(exc).__name__, fix="prepare=False")
-        return clear
+        return self.pooler.translate(exc)
 
 
 class PoolCheckout:
@@ -412,25 +468,19 @@ class PoolCheckout:
         conn = self._conn
         assert conn is not None  # noqa: S101 - __enter__ ran
         self._conn = None
+        end = checkout_end(conn, exc)
         try:
-            if exc is None:
-                if not conn.closed and conn.pgconn.transaction_status != _IDLE:
-                    conn.commit()
-                return
-            if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
-                conn.close()
-                return
-            if isinstance(exc, pg_errors.DuplicatePreparedStatement
-                          | pg_errors.InvalidSqlStatementName):
-                # A pooler mixed prepared statements across clients: this connection's
-                # cache no longer matches its server, so it goes, and the error names the fix.
-                conn.close()
-                raise self._shared.translate(exc) from exc
-            if not conn.closed:
+            if end is CheckoutEnd.COMMIT:
+                conn.commit()
+            elif end is CheckoutEnd.ROLLBACK:
                 try:
                     conn.rollback()
                 except Exception as exc2:  # noqa: BLE001 - the verb's error is the one to see
                     log.warning("store_rollback_failed", error=type(exc2).__name__)
+            elif end is not CheckoutEnd.KEEP:
+                conn.close()
+                if end is CheckoutEnd.DISCARD_POOLER and exc is not None:
+                    raise self._shared.translate(exc) from exc
         finally:
             self._shared.pool.putconn(conn)
 

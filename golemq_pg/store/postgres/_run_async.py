@@ -29,15 +29,8 @@ async def run_plan_async(
     asks for its first statement); ``owned`` as for ``_run_sync.run_plan``."""
     step = plans.start(plan)
     if type(step) is not plans.Done:
-        async with connection() as conn:
-            try:
-                step = await _drive(conn, plan, step, owned)
-            except psycopg.errors.ReadOnlySqlTransaction:
-                # A session that started read-only stays so: the pool gets a fresh one
-                # (see StoreConnections._pooled).
-                if owned:
-                    await conn.close()
-                raise
+        async with connection() as conn:  # a pooled one's end: _AsyncCheckout decides
+            step = await _drive(conn, plan, step, owned)
     value: R = step.value
     return value
 
