@@ -56,6 +56,8 @@ class Settings:
 
     dsn: str | None = None
     schema: str | None = None
+    #: False with ``--no-prepare``: no server-side prepared statements (PgBouncer < 1.21).
+    prepare: bool = True
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -80,8 +82,20 @@ def _store_schema(ctx: click.Context, _param: click.Parameter, value: str | None
             raise click.BadParameter(str(exc)) from None
 
 
+def _store_no_prepare(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        _settings(ctx).prepare = False
+
+
 def db_options(func: F) -> F:
-    """Add ``--dsn`` and ``--schema`` to a command (they also work before the command)."""
+    """Add ``--dsn``, ``--schema`` and ``--no-prepare`` to a command (they also work before
+    the command)."""
+    func = click.option(
+        "--no-prepare", is_flag=True, default=False, callback=_store_no_prepare,
+        expose_value=False, is_eager=True,
+        help="No server-side prepared statements: behind PgBouncer before 1.21 in "
+             "transaction mode (PostgresStore.connect(..., prepare=False)).",
+    )(func)
     func = click.option(
         "--schema", callback=_store_schema, expose_value=False, is_eager=True,
         help="Queue schema (default golemq; the demo defaults to golemq_demo).",
@@ -169,9 +183,11 @@ def open_store(ctx: click.Context, *, default_schema: str = DEFAULT_SCHEMA) -> I
 
     dsn = resolve_dsn(ctx)
     _probe(dsn)
-    schema = _settings(ctx).schema or default_schema
+    settings = _settings(ctx)
+    schema = settings.schema or default_schema
     try:
-        store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=2)
+        store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=2,
+                                      prepare=settings.prepare)
     except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
         raise _runtime_error(exc, schema) from None
     try:

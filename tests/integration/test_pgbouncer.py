@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, timedelta
 
+import httpx
 import psycopg
 import pytest
 
@@ -21,6 +22,7 @@ from tests.plugins.pgbouncer import Bouncer
 from tests.support.async_bridge import LoopThread
 from tests.support.store_port import add, claim, slots
 from tests.support.waiting import wait_until
+from tests.support.web_server import web_process
 
 pytestmark = pytest.mark.pgbouncer
 
@@ -137,6 +139,22 @@ def test_prepare_false_prepares_nothing_on_a_server_session_many_clients_share(
             second.job_get(claimed[-1].id)
         assert len({job.id for job in claimed}) == 16
         assert single.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
+
+
+def test_the_dashboard_command_with_no_prepare_serves_through_a_shared_server_session(
+    pgbouncer: Bouncer, migrated: str, single: psycopg.Connection[object]
+) -> None:
+    with PostgresStore.connect(pgbouncer.dsn("golemq_single"), schema=migrated,
+                               prepare=False) as store:
+        Queue(store).add("t", {"n": 1})
+    with web_process(pgbouncer.dsn("golemq_single"), migrated, "--no-prepare") as url:
+        # Past psycopg's prepare_threshold (5) on the command's two pooled connections,
+        # which share one server session: prepared statements would collide there.
+        answers = [httpx.get(url + path, timeout=10) for _ in range(8)
+                   for path in ("/", "/jobs", "/healthz")]
+    assert [a.status_code for a in answers] == [200] * len(answers)
+    assert "Overview" in answers[0].text
+    assert single.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
 
 
 def test_another_clients_timezone_and_jit_on_the_shared_server_session_change_no_result(
