@@ -230,7 +230,7 @@ class AsyncPostgresStore:
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
         # This is the hot path of an add: no generator-based context manager; a connection
-        # found read-only is thrown away by the executor (owned=True).
+        # found read-only is thrown away by the checkout (checkout_end).
         if self._bound is not None:
             return _given(self._bound)
         return _AsyncCheckout(self)

@@ -319,8 +319,8 @@ class CheckoutEnd(Enum):
 def checkout_end(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
                  exc: BaseException | None) -> CheckoutEnd:
     """What the checkout does with ``conn`` once its verb ended with ``exc`` (None: success):
-    the one decision of the sync and the async checkouts,
-    which only differ in awaiting what it asks for."""
+    the one decision of the sync and the async checkouts, which only differ in awaiting
+    what it asks for."""
     if exc is None:
         if conn.closed:
             return CheckoutEnd.DISCARD
@@ -415,7 +415,7 @@ class Shared:
         self.pooler = PoolerReport(schema)
         # queue.wait(): no thread or connection until the first wait.
         self.waiters = JobWaiters(pool, self.ctx, lambda: self.listen_dsn or self.dsn,
-                                  on_error=self.translate, setup=lambda: self.setup,
+                                  on_error=self.pooler.translate, setup=lambda: self.setup,
                                   on_checkout=self.checked_out)
 
     def checked_out(self, conn: psycopg.Connection[Any]) -> None:
@@ -424,10 +424,6 @@ class Shared:
         if self.setup is not None:
             ensure_utc(conn)
 
-    def translate(self, exc: BaseException) -> BaseException:
-        """``exc``, or the clear error naming ``prepare=False`` when a pooler refused this
-        store's prepared statements (logged once per store)."""
-        return self.pooler.translate(exc)
 
 
 class PoolCheckout:
@@ -480,7 +476,7 @@ class PoolCheckout:
             elif end is not CheckoutEnd.KEEP:
                 conn.close()
                 if end is CheckoutEnd.DISCARD_POOLER and exc is not None:
-                    raise self._shared.translate(exc) from exc
+                    raise self._shared.pooler.translate(exc) from exc
         finally:
             self._shared.pool.putconn(conn)
 
