@@ -8,66 +8,12 @@
 
 
 -- name: job_claim
--- Fast path, one statement for every unguarded type with free slots.
---  * req: one row per type (type, limit, lease seconds). Taking the SHARED advisory lock of
---    each type in the target list of a sorted, MATERIALIZED CTE acquires the locks in key
---    order (volatile target-list expressions are evaluated after the Sort) and before any
---    row of that type is read. A guarded claimer that must read this type's running state
---    (not_while_running) takes the EXCLUSIVE lock, so it never checks while a claim of this
---    type is in flight, and no claim of this type starts while it checks.
---  * picked: MATERIALIZED, so the LIMIT ... FOR UPDATE SKIP LOCKED subquery runs exactly
---    once and the rows leased are exactly the rows returned, whatever plan is chosen. Per
---    type via LATERAL: due PENDING rows in claim order from jobs_claim_idx, none for a
---    paused type (paused_types, probed once per type as a one-time filter of its scan: the
---    plan and its estimates stay those of the unpaused claim). A keyed row is skipped while
---    a RUNNING job holds the same key, so two jobs of one key never overlap.
---  * the UPDATE bumps attempts and the fencing token and stamps the lease from the
---    database clock.
-WITH req AS MATERIALIZED (
-    SELECT t.type, t.lim, t.lease,
-           pg_advisory_xact_lock_shared(
-               hashtextextended(%(lock_prefix)s::text || t.type, 0))::text AS locked
-      FROM unnest(%(types)s::text[], %(limits)s::int[], %(leases)s::float8[])
-           AS t(type, lim, lease)
-     ORDER BY hashtextextended(%(lock_prefix)s::text || t.type, 0)
-),
-picked AS MATERIALIZED (
-    SELECT c.id
-      FROM req r
-     CROSS JOIN LATERAL (
-            SELECT j.id
-              FROM {schema}.jobs j
-             WHERE j.type = r.type
-               AND j.status = 'pending'
-               AND j.run_at <= now()
-               -- a paused type is not claimed (a one-time filter: see the header)
-               AND NOT EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = r.type)
-               AND (j.dedupe_key IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM {schema}.jobs k
-                         WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'))
-             ORDER BY j.priority DESC, j.run_at, j.id
-             LIMIT r.lim
-               FOR UPDATE SKIP LOCKED
-           ) c
-),
-upd AS (
-    -- "= ANY(ARRAY(...))" rather than a join: the planner cannot see the per-type LIMIT and
-    -- would estimate thousands of picked rows and hash-join them against a scan of the whole
-    -- table; the array makes it probe the primary key once per picked row.
-    UPDATE {schema}.jobs j
-       SET status = 'running',
-           attempts = j.attempts + 1,
-           lease_owner = %(owner)s::text,
-           lease_token = j.lease_token + 1,
-           lease_expires_at = now() + make_interval(
-               secs => (SELECT r.lease FROM req r WHERE r.type = j.type)),
-           started_at = now(),
-           updated_at = now()
-     WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
-    RETURNING {fragment_claimed_columns}
-)
-SELECT {fragment_claimed_output} FROM upd u ORDER BY u.priority DESC, u.run_at, u.id
+-- Fast path, one statement for every unguarded type with free slots: claim_jobs() (migration
+-- 0006, where the statement and its locking are described), whose plan is made once per
+-- session instead of at every call. Returns the columns of fragment_claimed_output in claim
+-- order. lock_prefix is '<schema>:type:', as for the guarded claims' locks.
+SELECT * FROM {schema}.claim_jobs(%(owner)s::text, %(lock_prefix)s::text, %(types)s::text[],
+                                  %(limits)s::int[], %(leases)s::float8[])
 
 
 -- name: fragment_claimed_columns

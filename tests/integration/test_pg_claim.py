@@ -111,15 +111,52 @@ def _count(pg_dsn: str, schema: str, where: str, *params: Any) -> int:
         return int(row[0])
 
 
+def _explained_claim(
+    conn: psycopg.Connection[Any], store: PostgresStore, limit: int
+) -> tuple[list[tuple[Any, ...]], str]:
+    """Run the fast claim on ``conn`` with auto_explain reporting the plans of the statements
+    inside claim_jobs(); returns the claimed rows and those plans' text."""
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                    "SET auto_explain.log_nested_statements = on",
+                    "SET client_min_messages = log"):
+        conn.execute(setting)
+    params = store._shared.claimer.fast_params("w", [TypeSlots("a", limit, 30)])
+    rows = conn.execute(store._q["job_claim"], params).fetchall()
+    conn.execute("RESET client_min_messages")
+    return rows, "\n".join(plans)
+
+
 def test_claim_plan_uses_the_claim_index(pg_store: PostgresStore, pg_dsn: str) -> None:
     _add(pg_store, 20_000)
     _add(pg_store, 20_000, "other")
-    params = pg_store._shared.claimer.fast_params("w", [TypeSlots("a", 100, 30)])
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(pg_store.schema)))
-        plan = conn.execute(b"EXPLAIN " + pg_store._q["job_claim"], params).fetchall()
-    text = "\n".join(row[0] for row in plan)
-    assert "jobs_claim_idx" in text, text
+        rows, plan = _explained_claim(conn, pg_store, 100)
+    assert len(rows) == 100
+    assert "Index Scan using jobs_claim_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+
+
+def test_a_claim_planned_on_an_empty_table_walks_the_claim_index_once_the_backlog_grew(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    # claim_jobs() keeps one generic plan per session until the table's statistics change;
+    # with no ANALYZE in between (autovacuum off for this table), the plan made while the
+    # table was empty is the one that claims from 40,000 rows.
+    jobs = sql.Identifier(pg_store.schema, "jobs")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(jobs))
+        assert _explained_claim(conn, pg_store, 100)[0] == []
+        _add(pg_store, 20_000)
+        _add(pg_store, 20_000, "other")
+        rows, plan = _explained_claim(conn, pg_store, 100)
+    assert [row[0] for row in rows] == list(range(1, 101))  # claim order: the oldest first
+    assert "Index Scan using jobs_claim_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+    assert "Bitmap Heap Scan on jobs" not in plan, plan
+    assert "Sort Key: j.priority DESC" not in plan, plan  # no sort of the type's backlog
 
 
 def test_claim_order_priority_then_due_time_then_id(pg_store: PostgresStore) -> None:
