@@ -36,7 +36,11 @@
 --    type via LATERAL: due PENDING rows in claim order from jobs_claim_idx, none for a
 --    paused type (paused_types, probed once per type as a one-time filter of its scan). A
 --    keyed row is skipped while a RUNNING job holds the same key, so two jobs of one key
---    never overlap.
+--    never overlap. That probe is one descent of jobs_dedupe_running_idx per keyed row:
+--    its OFFSET 0 keeps the planner from turning it into a "hashed SubPlan", which read
+--    every running job of every type into a hash on each claim that met a keyed row (the
+--    statement before this release did: 7.7-9.6 ms a claim with 20,000 keyed jobs running,
+--    0.75-0.93 ms with the probe).
 --  * the UPDATE bumps attempts and the fencing token and stamps the lease from the
 --    database clock. "= ANY(ARRAY(...))" rather than a join: the planner cannot see the
 --    per-type LIMIT and would estimate thousands of picked rows; the array makes it probe
@@ -83,7 +87,8 @@ BEGIN
                    AND (j.dedupe_key IS NULL OR NOT EXISTS (
                             SELECT 1 FROM jobs k
                              WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                               AND k.status = 'running'))
+                               AND k.status = 'running'
+                            OFFSET 0))
                  ORDER BY j.priority DESC, j.run_at, j.id
                  LIMIT r.lim
                    FOR UPDATE SKIP LOCKED

@@ -159,6 +159,26 @@ def test_a_claim_planned_on_an_empty_table_walks_the_claim_index_once_the_backlo
     assert "Sort Key: j.priority DESC" not in plan, plan  # no sort of the type's backlog
 
 
+def test_a_keyed_claim_probes_the_running_key_of_each_row_not_every_running_job(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    _add(pg_store, 300)  # claimed below, then running, each with a key of its own
+    jobs = sql.Identifier(pg_store.schema, "jobs")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET dedupe_key = 'k' || id").format(jobs))
+        assert len(_claim(pg_store, limit=300)) == 300
+        # Pending rows whose keys running jobs hold (add() would refuse them: written here
+        # as a row that was pending before its key's holder started would be), and one free.
+        conn.execute(sql.SQL("INSERT INTO {} (type, payload, dedupe_key) VALUES"
+                             " ('a', '{{}}', 'k1'), ('a', '{{}}', 'k2'), ('a', '{{}}', 'k3'),"
+                             " ('a', '{{}}', 'free')").format(jobs))
+        conn.execute(sql.SQL("ANALYZE {}").format(jobs))
+        rows, plan = _explained_claim(conn, pg_store, 10)
+    assert [row[0] for row in rows] == [304]  # only the key no running job holds
+    assert "jobs_dedupe_running_idx" in plan, plan
+    assert "hashed SubPlan" not in plan, plan
+
+
 def test_claim_order_priority_then_due_time_then_id(pg_store: PostgresStore) -> None:
     for priority in (0, 5, 0, 5):
         pg_store.job_enqueue(EnqueueParams(type="a", payload=b"{}", priority=priority))
