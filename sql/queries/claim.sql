@@ -5,6 +5,13 @@
 -- <schema>:resource:<pool>, 0), and a transaction takes either the fast path's SHARED type
 -- locks or one guarded claim's EXCLUSIVE locks, never both. Row locks are only ever taken
 -- with SKIP LOCKED by claimers, so no claimer waits on a row.
+--
+-- A keyed row is skipped while a RUNNING job holds its dedupe key. Each such probe ends in
+-- OFFSET 0, which keeps it one descent of jobs_dedupe_running_idx per keyed row: without it
+-- the planner may turn the NOT EXISTS into a "hashed SubPlan" that reads every running job
+-- of the type into a hash on each claim (measured: a serialize_by_scope claim 21.5 ms
+-- against 13.2 ms, a not_while_running one 19.4 ms against 7.6 ms, with 20,000 keyed jobs
+-- running).
 
 
 -- name: job_claim
@@ -287,7 +294,8 @@ walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
                      AND (n.dedupe_key IS NULL OR NOT EXISTS (
                               SELECT 1 FROM {schema}.jobs k
                                WHERE k.type = %(type)s::text AND k.dedupe_key = n.dedupe_key
-                                 AND k.status = 'running'))
+                                 AND k.status = 'running'
+                               OFFSET 0))
                 THEN n.id
                 ELSE (SELECT d.id
                         FROM (SELECT j.id, j.priority
@@ -300,7 +308,8 @@ walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
                                           SELECT 1 FROM {schema}.jobs k
                                            WHERE k.type = j.type
                                              AND k.dedupe_key = j.dedupe_key
-                                             AND k.status = 'running'))
+                                             AND k.status = 'running'
+                                           OFFSET 0))
                                ORDER BY j.id
                                LIMIT (SELECT dp.n FROM depth dp)) d
                        ORDER BY d.priority DESC, d.id
@@ -417,7 +426,8 @@ cand AS MATERIALIZED (
              WHERE (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'))
+                           AND k.status = 'running'
+                         OFFSET 0))
                AND (NOT %(serialize_by_scope)s::boolean OR j.scope_type IS NULL OR CASE
                     WHEN (SELECT la.ok FROM live_all la)
                     THEN (j.scope_type, j.scope_id) NOT IN (
@@ -562,7 +572,8 @@ member AS (
                AND (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'))
+                           AND k.status = 'running'
+                         OFFSET 0))
              ORDER BY j.id
              LIMIT %(max_batch)s::int)
             UNION ALL
@@ -576,7 +587,8 @@ member AS (
                AND (j.dedupe_key IS NULL OR NOT EXISTS (
                         SELECT 1 FROM {schema}.jobs k
                          WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'))
+                           AND k.status = 'running'
+                         OFFSET 0))
              ORDER BY j.id
              LIMIT %(max_batch)s::int)
            ) m

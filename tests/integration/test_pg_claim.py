@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -112,20 +114,20 @@ def _count(pg_dsn: str, schema: str, where: str, *params: Any) -> int:
 
 
 def _explained_claim(
-    conn: psycopg.Connection[Any], store: PostgresStore, limit: int
-) -> tuple[list[tuple[Any, ...]], str]:
-    """Run the fast claim on ``conn`` with auto_explain reporting the plans of the statements
-    inside claim_jobs(); returns the claimed rows and those plans' text."""
+    conn: psycopg.Connection[Any], store: PostgresStore, slot: TypeSlots
+) -> tuple[list[ClaimedJob], str]:
+    """Claim for ``slot`` on ``conn`` as the store does, with auto_explain reporting the
+    plans of the statements run (those inside claim_jobs() too); returns the claimed jobs
+    and those plans' text."""
     plans: list[str] = []
     conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
     for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
                     "SET auto_explain.log_nested_statements = on",
                     "SET client_min_messages = log"):
         conn.execute(setting)
-    params = store._shared.claimer.fast_params("w", [TypeSlots("a", limit, 30)])
-    rows = conn.execute(store._q["job_claim"], params).fetchall()
+    jobs = list(store._shared.claimer.run(conn, ClaimRequest("w", [slot]), managed=True))
     conn.execute("RESET client_min_messages")
-    return rows, "\n".join(plans)
+    return jobs, "\n".join(plans)
 
 
 def test_claim_plan_uses_the_claim_index(pg_store: PostgresStore, pg_dsn: str) -> None:
@@ -133,8 +135,8 @@ def test_claim_plan_uses_the_claim_index(pg_store: PostgresStore, pg_dsn: str) -
     _add(pg_store, 20_000, "other")
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(pg_store.schema)))
-        rows, plan = _explained_claim(conn, pg_store, 100)
-    assert len(rows) == 100
+        jobs, plan = _explained_claim(conn, pg_store, TypeSlots("a", 100, 30))
+    assert len(jobs) == 100
     assert "Index Scan using jobs_claim_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
 
@@ -148,35 +150,64 @@ def test_a_claim_planned_on_an_empty_table_walks_the_claim_index_once_the_backlo
     jobs = sql.Identifier(pg_store.schema, "jobs")
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(jobs))
-        assert _explained_claim(conn, pg_store, 100)[0] == []
+        assert _explained_claim(conn, pg_store, TypeSlots("a", 100, 30))[0] == []
         _add(pg_store, 20_000)
         _add(pg_store, 20_000, "other")
-        rows, plan = _explained_claim(conn, pg_store, 100)
-    assert [row[0] for row in rows] == list(range(1, 101))  # claim order: the oldest first
+        jobs, plan = _explained_claim(conn, pg_store, TypeSlots("a", 100, 30))
+    assert [int(j.id) for j in jobs] == list(range(1, 101))  # claim order: oldest first
     assert "Index Scan using jobs_claim_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
     assert "Bitmap Heap Scan on jobs" not in plan, plan
     assert "Sort Key: j.priority DESC" not in plan, plan  # no sort of the type's backlog
 
 
+@pytest.mark.parametrize(
+    "slot",
+    [TypeSlots("a", 10, 30), TypeSlots("a", 10, 30, serialize_by_scope=True),
+     TypeSlots("a", 10, 30, not_while_running=("b",)),
+     TypeSlots("a", 10, 30, grouped=True, max_batch=5)],
+    ids=["fast", "serialize_by_scope", "not_while_running", "grouped"],
+)
 def test_a_keyed_claim_probes_the_running_key_of_each_row_not_every_running_job(
-    pg_store: PostgresStore, pg_dsn: str
+    pg_store: PostgresStore, pg_dsn: str, slot: TypeSlots
 ) -> None:
-    _add(pg_store, 300)  # claimed below, then running, each with a key of its own
+    # 3,000 running keyed jobs, and a pending job for each of their keys (add() would refuse
+    # them: written as rows that were pending before their keys' holders started would be),
+    # each in a scope of its own, then one free key first in claim order (a guarded claim
+    # reads a bounded window of the backlog).
     jobs = sql.Identifier(pg_store.schema, "jobs")
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("UPDATE {} SET dedupe_key = 'k' || id").format(jobs))
-        assert len(_claim(pg_store, limit=300)) == 300
-        # Pending rows whose keys running jobs hold (add() would refuse them: written here
-        # as a row that was pending before its key's holder started would be), and one free.
-        conn.execute(sql.SQL("INSERT INTO {} (type, payload, dedupe_key) VALUES"
-                             " ('a', '{{}}', 'k1'), ('a', '{{}}', 'k2'), ('a', '{{}}', 'k3'),"
-                             " ('a', '{{}}', 'free')").format(jobs))
+        conn.execute(sql.SQL(
+            "INSERT INTO {} (type, payload, dedupe_key, scope_type, scope_id, status,"
+            " attempts, lease_owner, lease_expires_at)"
+            " SELECT 'a', '{{}}', 'k' || g, 's', 'r' || g, 'running', 1, 'x',"
+            "        now() + interval '1 hour'"
+            "   FROM generate_series(1, 3000) AS g").format(jobs))
+        conn.execute(sql.SQL(
+            "INSERT INTO {} (type, payload, dedupe_key, scope_type, scope_id, priority)"
+            " SELECT 'a', '{{}}'::jsonb, 'k' || g, 's', 'p' || g, 0"
+            "   FROM generate_series(1, 3000) AS g"
+            " UNION ALL SELECT 'a', '{{}}'::jsonb, 'free', 's', 'free', 1").format(jobs))
         conn.execute(sql.SQL("ANALYZE {}").format(jobs))
-        rows, plan = _explained_claim(conn, pg_store, 10)
-    assert [row[0] for row in rows] == [304]  # only the key no running job holds
-    assert "jobs_dedupe_running_idx" in plan, plan
-    assert "hashed SubPlan" not in plan, plan
+        claimed, plan = _explained_claim(conn, pg_store, slot)
+    assert [int(j.id) for j in claimed] == [6001]  # only the key no running job holds
+    probes = _key_probes(plan)
+    assert probes, plan
+    for number, scan in probes.items():
+        assert "jobs_dedupe_running_idx" in scan, plan
+        assert f"hashed SubPlan {number})" not in plan, plan
+
+
+def _key_probes(plan: str) -> dict[str, str]:
+    """The subplans of an EXPLAIN text that read the dedupe check's ``jobs k``: number ->
+    the scan line under its "SubPlan <number>" header."""
+    lines = plan.splitlines()
+    probes: dict[str, str] = {}
+    for header, scan in itertools.pairwise(lines):
+        found = re.fullmatch(r"\s*SubPlan (\d+)", header)
+        if found and re.search(r" on jobs k(_\d+)?( |$)", scan):
+            probes[found.group(1)] = scan
+    return probes
 
 
 def test_claim_order_priority_then_due_time_then_id(pg_store: PostgresStore) -> None:
