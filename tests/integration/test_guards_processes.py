@@ -200,9 +200,13 @@ def test_pool_concurrency_with_costs_across_processes(
     def handlers(*types: str) -> list[dict[str, Any]]:
         return [{"type": t, "concurrency": 3, "sleep": [0.002, 0.006]} for t in types]
 
-    procs.spawn("pool-0", handlers("a", "b", "c"), resources=pools)
-    procs.spawn("pool-1", handlers("a", "b"), resources=pools)
-    procs.spawn("pool-2", handlers("c"), resources=pools)  # b still counts here
+    # One type per process: each claim must count what the other processes run (b's cost
+    # of 2 counts in the processes that never handle b). A type shared by two processes
+    # could run all in one of them: whoever completes a job claims the room it frees in the
+    # same transaction, so a process can lose every race for it (seen: 3 runs in 15).
+    procs.spawn("pool-0", handlers("a"), resources=pools)
+    procs.spawn("pool-1", handlers("b"), resources=pools)
+    procs.spawn("pool-2", handlers("c"), resources=pools)
     procs.wait_ready()
     # Enqueued once every process runs: a process still starting up could otherwise find
     # the jobs of its only type gone to the others (seen on a loaded machine).
@@ -217,7 +221,7 @@ def test_pool_concurrency_with_costs_across_processes(
     used = peak([(r[1], r[2], costs[r[0]]) for r in runs])
     assert used <= 3, f"the pool admitted a summed cost of {used}"
     assert used >= 2  # the pool was actually shared, so an excess would have shown
-    assert {r[3] for r in runs} == {"pool-0", "pool-1", "pool-2"}
+    assert {(r[3], r[0]) for r in runs} == {("pool-0", "a"), ("pool-1", "b"), ("pool-2", "c")}
 
 
 def test_rate_budget_across_two_processes(
