@@ -37,7 +37,9 @@ greatest(extract(epoch FROM j.started_at - j.run_at), 0)::float8 AS waited
 -- name: fragment_claimed_output
 -- The columns of fragment_claimed_columns a claim returns to the store, from its "upd" CTE
 -- (as u): all but run_at, which only orders them. Each timestamp costs the client a parse
--- per claimed row, and the claim loop's thread is the drain's busiest.
+-- per claimed row, and the claim loop's thread is the drain's busiest. claim_jobs()
+-- (migration 0006) returns the same columns under the same names (tested): a change here is
+-- a new migration there.
 u.id, u.type, u.payload, u.scope_type, u.scope_id, u.attempts, u.max_attempts, u.priority,
 u.lease_token, u.created_at, u.lease_expires_at, u.trace_context, u.waited
 

@@ -26,6 +26,7 @@ from golemq_pg.store.port import (
     TypeSlots,
 )
 from golemq_pg.store.postgres import PostgresStore
+from golemq_pg.store.postgres._sql import query_texts
 from tests.support.waiting import wait_until
 
 
@@ -128,6 +129,23 @@ def _explained_claim(
     jobs = list(store._shared.claimer.run(conn, ClaimRequest("w", [slot]), managed=True))
     conn.execute("RESET client_min_messages")
     return jobs, "\n".join(plans)
+
+
+def test_the_fast_claim_returns_the_columns_of_the_guarded_claims(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    # claim_jobs() (migration 0006) spells out the columns fragment_claimed_output gives the
+    # guarded claims; _rows.claimed() reads both by position.
+    _add(pg_store, 1)
+    output = query_texts()["fragment_claimed_output"]
+    expected = re.findall(r"\bu\.(\w+)", "\n".join(
+        line for line in output.splitlines() if not line.lstrip().startswith("--")))
+    params = pg_store._shared.claimer.fast_params("w", [TypeSlots("a", 1, 30)])
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        cursor = conn.execute(pg_store._q["job_claim"], params)
+        assert len(cursor.fetchall()) == 1
+        assert cursor.description is not None
+        assert [column.name for column in cursor.description] == expected
 
 
 def test_claim_plan_uses_the_claim_index(pg_store: PostgresStore, pg_dsn: str) -> None:
