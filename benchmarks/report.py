@@ -555,6 +555,10 @@ def write_results_md(path: Path, *, machine: dict[str, Any], sizes: Sizes, runs:
         "* Every run of every scenario gets a fresh sandbox created and dropped by the "
         "harness: a schema for golemq-pg and the raw-SQL ceiling, a dedicated database for "
         "PGQueuer and Procrastinate (a schema on their search_path when CREATEDB is missing).",
+        "* A backlog loaded before a timed drain is ANALYZEd (every table of the sandbox) "
+        "whichever system loaded it, as the raw-SQL ceiling's fill always was; golemq-pg's "
+        "pool opens the connections a drain uses before the clock starts, as the ceiling's "
+        "loops connect before theirs.",
         "* Handlers are no-ops; rows are kept (golemq-pg and the ceiling mark them "
         "SUCCEEDED, Procrastinate keeps them with `delete_jobs=\"never\"`; PGQueuer always "
         "moves finished jobs to its log table).",

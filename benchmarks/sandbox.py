@@ -145,6 +145,27 @@ def sandbox_for(isolation: str, dsn: str, tag: str) -> AbstractContextManager[Sa
     return fresh_schema(dsn, tag)
 
 
+_TABLES = """
+SELECT schemaname, tablename FROM pg_tables
+ WHERE CASE WHEN %(schema)s::text IS NULL
+            THEN schemaname NOT IN ('pg_catalog', 'information_schema')
+            ELSE schemaname = %(schema)s::text END
+"""
+
+
+def analyze_backlog(box: Sandbox) -> None:
+    """ANALYZE every table of ``box`` (its schema, or its whole database): a loaded backlog is
+    drained by every system from the same state. The raw ceiling's fill always ended in an
+    ANALYZE; a system whose own enqueue API loaded the rows would otherwise be planned on no
+    statistics, which costs golemq-pg's completions and the peers' claims more than the
+    ceiling's statements (and autovacuum would decide at random, mid-run, when they get some).
+    """
+    with psycopg.connect(box.dsn, autocommit=True) as conn:
+        tables = conn.execute(_TABLES, {"schema": box.schema}).fetchall()
+        for schema, table in tables:
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
+
+
 def golemq_migrations() -> list[tuple[str, str]]:
     """golemq-pg's migration files (name, text), in order: the very files the store under test
     applies (its ``sql_dir``, so a second checkout measures its own schema, not the one its

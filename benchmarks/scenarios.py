@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from benchmarks import dashboard
 from benchmarks.rss import drain_in_child
-from benchmarks.sandbox import Sandbox, sandbox_for
+from benchmarks.sandbox import Sandbox, analyze_backlog, sandbox_for
 from benchmarks.systems import System, UnsupportedError, Variant
 from benchmarks.systems.base import LoadedResult, LoadPlan
 from benchmarks.systems.raw_sql import fill_golemq_table
@@ -100,6 +100,7 @@ def run_drain(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figur
     with _box(system, dsn, "drain") as box:
         system.install(box)
         system.enqueue_setup(box, n)
+        analyze_backlog(box)
         seconds = system.drain(box, variant, n)
     return {"jobs_per_s": n / seconds, "seconds": seconds, "jobs": n}
 
@@ -157,6 +158,7 @@ def run_loaded(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figu
     with _box(system, dsn, "loaded") as box:
         system.install(box)
         system.enqueue_setup(box, n)
+        analyze_backlog(box)
         drain_per_s = n / system.drain(box, variant, n)
         rate = LOAD_FRACTION * drain_per_s
         result = system.loaded(box, variant, LoadPlan(rate, sizes.steady_seconds,
@@ -206,6 +208,7 @@ def run_rss(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures
     with _box(system, dsn, "rss") as box:
         system.install(box)
         system.enqueue_setup(box, n)
+        analyze_backlog(box)
         peak_bytes, seconds = drain_in_child(system, variant, box, n)
     return {"peak_rss_mb": peak_bytes / 2**20, "jobs_per_s": n / seconds, "jobs": n}
 
@@ -215,6 +218,7 @@ def run_guarded(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Fig
         system.install(box)
         system.enqueue_setup(box, sizes.guarded, scopes=int(variant.options.get("scopes", 0)),
                              interleaved=bool(variant.options.get("interleaved")))
+        analyze_backlog(box)
         seconds = system.drain(box, variant, sizes.guarded)
     return {"jobs_per_s": sizes.guarded / seconds, "jobs": sizes.guarded}
 
