@@ -488,11 +488,24 @@ def _loads(values: list[float] | None) -> str:
     return "/".join(f"{v:.1f}" for v in values) if values else "n/a"
 
 
+#: The last column of each scenario's Markdown table: the spread its medians hide.
+SPREAD_LABEL = "runs: lowest to highest"
+
+
+def _spread(outcome: Outcome, key: str) -> str:
+    """The lowest and the highest run of figure ``key`` ("-" with fewer than two runs)."""
+    values = [run[key] for run in outcome.runs if key in run]
+    if len(values) < 2:
+        return "-"
+    return f"{_fmt(key, min(values))} to {_fmt(key, max(values))}"
+
+
 def _md_table(outcomes: list[Outcome], scenario: Scenario) -> list[str]:
     rows = _scenario_rows(outcomes, scenario)
     refs = _ratio_columns(outcomes, scenario)
     metrics: list[Metric] = list(scenario.metrics)
-    head = ["configuration", *(m.label for m in metrics), *(label for _s, label in refs)]
+    head = ["configuration", *(m.label for m in metrics), *(label for _s, label in refs),
+            f"{scenario.primary.label}, {SPREAD_LABEL}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for o in rows:
         if not o.runs:
@@ -500,7 +513,8 @@ def _md_table(outcomes: list[Outcome], scenario: Scenario) -> list[str]:
             continue
         median, r = o.median(), ratios(outcomes, o)
         cells = [o.variant.label, *(_fmt(m.key, median.get(m.key)) for m in metrics),
-                 *(f"{r[s]:.2f}x" if s in r else "-" for s, _l in refs)]
+                 *(f"{r[s]:.2f}x" if s in r else "-" for s, _l in refs),
+                 _spread(o, scenario.primary.key)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -526,7 +540,8 @@ def write_results_md(path: Path, *, machine: dict[str, Any], sizes: Sizes, runs:
         f"* Median of {runs} interleaved runs per configuration (ratios: median of the "
         f"per-run ratios); load average (1/5/15 min) "
         f"at start {_loads(machine.get('load_average_at_start'))}, at end "
-        f"{_loads(machine.get('load_average_at_end'))}",
+        f"{_loads(machine.get('load_average_at_end'))}; each table's last column gives the "
+        "lowest and the highest run of its first figure",
         f"* Command: `{command}`",
         "",
         "Absolute figures drift with the machine and whatever else runs on it; the ratios "

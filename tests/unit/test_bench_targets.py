@@ -222,3 +222,21 @@ def test_a_late_producer_sends_every_job_already_due_in_one_call() -> None:
     while not pacer.finished:
         rest += pacer.take()[1]
     assert count + rest == plan.total
+
+
+def test_the_results_md_tables_show_the_lowest_and_highest_run(tmp_path: Path) -> None:
+    spread = outcome("drain", "golemq-pg", "c32",
+                     [{"jobs_per_s": 30_000.0}, {"jobs_per_s": 24_500.0},
+                      {"jobs_per_s": 41_250.0}])
+    single = drains("pgqueuer", "2x100", 10_000)  # one run: no spread to show
+    path = tmp_path / "record.md"
+    report.write_results_md(path, machine={}, sizes=QUICK, runs=3, notes=[],
+                            outcomes=[spread, single], found=[], command="python -m benchmarks")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = next(line for line in lines if line.startswith("| configuration | jobs/s"))
+    assert header.endswith(f"| jobs/s, {report.SPREAD_LABEL} |")
+    golemq = next(line for line in lines if line.startswith("| golemq-pg"))
+    assert golemq.startswith("| golemq-pg concurrency 32 | 30,000 |")
+    assert golemq.endswith("| 24,500 to 41,250 |")
+    pgqueuer = next(line for line in lines if line.startswith("| PGQueuer"))
+    assert pgqueuer.endswith("| - |")
