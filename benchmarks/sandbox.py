@@ -154,12 +154,11 @@ SELECT schemaname, tablename FROM pg_tables
 
 
 def analyze_backlog(box: Sandbox) -> None:
-    """ANALYZE every table of ``box`` (its schema, or its whole database): a loaded backlog is
-    drained by every system from the same state. The raw ceiling's fill always ended in an
-    ANALYZE; a system whose own enqueue API loaded the rows would otherwise be planned on no
-    statistics, which costs golemq-pg's completions and the peers' claims more than the
-    ceiling's statements (and autovacuum would decide at random, mid-run, when they get some).
-    """
+    """ANALYZE every table of ``box`` (its schema, or its whole database), after a backlog is
+    loaded and before it is drained: every system starts from the same state, with
+    statistics, whatever loaded the rows. Without them the peers' claims were planned badly
+    (PGQueuer 2x100 drained 8.4k jobs/s on such a table, 12.7k analyzed), and autovacuum
+    would decide at random, mid-run, when a table gets some."""
     with psycopg.connect(box.dsn, autocommit=True) as conn:
         tables = conn.execute(_TABLES, {"schema": box.schema}).fetchall()
         for schema, table in tables:

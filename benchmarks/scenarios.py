@@ -192,10 +192,12 @@ def run_scale(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figur
             boxes[backlog] = stack.enter_context(_box(system, dsn, "scale"))
             system.install(boxes[backlog])
             fill_golemq_table(boxes[backlog], backlog)  # INSERT ... SELECT generate_series
+            analyze_backlog(boxes[backlog])
         for round_ in range(sizes.scale_rounds):
             for backlog, box in boxes.items():
                 if backlog == small and round_ > 0:
                     fill_golemq_table(box, take)
+                    analyze_backlog(box)
                 spent[backlog] += system.drain_partial(box, variant, take)
     rate_small = take * sizes.scale_rounds / spent[small]
     rate_large = take * sizes.scale_rounds / spent[large]

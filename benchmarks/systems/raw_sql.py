@@ -112,12 +112,12 @@ class _Consumer:
 
 
 def fill_golemq_table(box: Sandbox, n: int) -> None:
-    """Insert ``n`` due no-op jobs into golemq-pg's table in ``box`` in one statement, then
-    ANALYZE it (the fast setup for big backlogs; golemq-pg's table shape, not its API)."""
+    """Insert ``n`` due no-op jobs into golemq-pg's table in ``box`` in one statement (the
+    fast setup for big backlogs; golemq-pg's table shape, not its API). The scenarios ANALYZE
+    a filled backlog (``sandbox.analyze_backlog``), as they do every system's."""
     q = _Statements(box.schema_name)
     with psycopg.connect(box.dsn, autocommit=True) as conn:
         conn.execute(q.fill, {"type": JOB_TYPE, "n": n})
-        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(box.schema_name, "jobs")))
 
 
 class RawSql(System):
