@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from golemq_pg._cli_params import CliError
 from golemq_pg._errortext import error_text
 from golemq_pg._queue_control import MAX_PAUSE_REASON, check_job_id
 from golemq_pg._validation import check_name
@@ -29,10 +30,8 @@ class DbOptions(Protocol):
     def __call__(self, func: F, /) -> F: ...
 
 
-class NotChanged(click.ClickException):
+class NotChanged(CliError):  # noqa: N818 - named after what happened
     """The job is not in the state the command needs: one line, exit code 1."""
-
-    exit_code = 1
 
 
 def _job_id(value: str) -> str:

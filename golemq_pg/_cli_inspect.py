@@ -18,15 +18,9 @@ import click
 
 from golemq_pg import _cli_control
 from golemq_pg._cli_control import DbOptions, OpenStore
-from golemq_pg._cli_params import DURATION
+from golemq_pg._cli_params import DURATION, CliError
 from golemq_pg._errortext import error_text
 from golemq_pg._types import JobStatus
-
-
-class NotFound(click.ClickException):
-    """The job asked for does not exist: one line, exit code 1."""
-
-    exit_code = 1
 
 
 def collect_stats(store: Any) -> dict[str, Any]:
@@ -215,7 +209,7 @@ def register(group: click.Group, db_options: DbOptions, open_store: OpenStore) -
             job = Queue(store).get(job_id)
             payload_text = store.job_payload(job_id) if job is not None and with_payload else None
         if job is None:
-            raise NotFound(f"job {job_id} not found")
+            raise CliError(f"job {job_id} not found")
         payload = None if payload_text is None else json.loads(payload_text)
         detail = job_detail(job, payload, with_payload=with_payload)
         if as_json:

@@ -1,4 +1,5 @@
-"""Parsing of ``golemq-pg`` inputs: durations, scopes and JSON payloads.
+"""Parsing of ``golemq-pg`` inputs (durations, scopes and JSON payloads), and
+:class:`CliError`, the runtime failure every command module raises.
 
 Each failure is a one-line click error that names what is wrong, never the input payload.
 """
@@ -15,6 +16,16 @@ import click
 
 from golemq_pg._errortext import error_text
 from golemq_pg._validation import MAX_DURATION_SECONDS
+
+#: The exit code of a runtime failure (bad input exits 2, as click's usage errors do).
+EXIT_RUNTIME = 1
+
+
+class CliError(click.ClickException):
+    """A runtime failure: one line on stderr, exit code 1."""
+
+    exit_code = EXIT_RUNTIME
+
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")

@@ -26,21 +26,14 @@ from typing import Any, TypeVar
 import click
 
 from golemq_pg import _cli_control, _cli_inspect, _cli_web, _embedded, _harness
-from golemq_pg._cli_params import DURATION, SCOPE, parse_payload
+from golemq_pg._cli_params import DURATION, EXIT_RUNTIME, SCOPE, CliError, parse_payload
 from golemq_pg._errortext import error_text
 from golemq_pg._validation import check_schema
 
 DEFAULT_SCHEMA = "golemq"
 DEMO_SCHEMA = "golemq_demo"
-EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class CliError(click.ClickException):
-    """A runtime failure: one line on stderr, exit code 1."""
-
-    exit_code = EXIT_RUNTIME
 
 
 # -- global options ------------------------------------------------------------------------
