@@ -165,6 +165,16 @@ def analyze_backlog(box: Sandbox) -> None:
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
 
 
+def vacuum_analyze(box: Sandbox) -> None:
+    """``VACUUM (ANALYZE)`` every table of ``box`` (its schema, or its whole database), one
+    table a statement: what autovacuum does to a queue left idle (the after-vacuum
+    scenario runs it with nothing consuming)."""
+    with psycopg.connect(box.dsn, autocommit=True) as conn:  # VACUUM runs outside a block
+        tables = conn.execute(_TABLES, {"schema": box.schema}).fetchall()
+        for schema, table in tables:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, table)))
+
+
 def golemq_migrations() -> list[tuple[str, str]]:
     """golemq-pg's migration files (name, text), in order: the very files the store under test
     applies (its ``sql_dir``, so a second checkout measures its own schema, not the one its

@@ -13,10 +13,14 @@ from dataclasses import dataclass
 
 from benchmarks import dashboard
 from benchmarks.rss import drain_in_child
-from benchmarks.sandbox import Sandbox, analyze_backlog, sandbox_for
+from benchmarks.sandbox import Sandbox, analyze_backlog, sandbox_for, vacuum_analyze
 from benchmarks.systems import System, UnsupportedError, Variant
 from benchmarks.systems.base import LoadedResult, LoadPlan
-from benchmarks.systems.raw_sql import fill_golemq_table
+from benchmarks.systems.raw_sql import (
+    count_golemq_finished,
+    fill_golemq_history,
+    fill_golemq_table,
+)
 
 Figures = dict[str, float]
 
@@ -47,13 +51,17 @@ class Sizes:
     #: the producer's tick (one enqueue call every ``loaded_tick`` s, for steady_seconds).
     loaded_drain: int = 20_000
     loaded_tick: float = 0.01
+    #: The after-vacuum scenario: the backlog of each of its two drains, and the finished
+    #: rows of history its "@1M" configurations (full runs only) load between them.
+    after_vacuum: int = 30_000
+    after_vacuum_history: int = 1_000_000
 
 
 QUICK = Sizes(drain=2_000, drain_slow=200, steady_seconds=1.0, latency_count=25,
               latency_interval=0.02, bulk=5_000, bulk_slow=1_000, single=200, scale_small=1_000,
               scale_large=10_000, scale_take=1_000, scale_rounds=2,
               rss=2_000, rss_slow=200, guarded=2_000, dashboard_rows=20_000, dashboard_rounds=3,
-              loaded_drain=2_000)
+              loaded_drain=2_000, after_vacuum=2_000, after_vacuum_history=20_000)
 FULL = Sizes(drain=50_000, drain_slow=3_000, steady_seconds=10.0, latency_count=500,
              latency_interval=0.02, bulk=100_000, bulk_slow=20_000, single=2_000,
              scale_small=10_000, scale_large=1_000_000, scale_take=10_000, scale_rounds=3,
@@ -205,6 +213,33 @@ def run_scale(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figur
             "large_per_s": rate_large, "backlog_small": small, "backlog_large": large}
 
 
+def run_after_vacuum(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    # Both drains in one sandbox by one set of consumers (System.drain_twice: golemq-pg's
+    # pool and its prepared statements outlive the first drain). Between them, with nothing
+    # consuming: the history (the "@1M" configurations), the second backlog, then the
+    # VACUUM ANALYZE autovacuum would run on the idle queue (instead of analyze_backlog).
+    n = sizes.after_vacuum
+    history = sizes.after_vacuum_history if variant.options.get("history") else 0
+    scopes = int(variant.options.get("scopes", 0))
+    interleaved = bool(variant.options.get("interleaved"))
+    finished = [0]
+    with _box(system, dsn, "after_vacuum") as box:
+        system.install(box)
+        system.enqueue_setup(box, n, scopes=scopes, interleaved=interleaved)
+        analyze_backlog(box)
+
+        def idle_upkeep() -> None:
+            if history:
+                fill_golemq_history(box, history)
+            system.enqueue_setup(box, n, scopes=scopes, interleaved=interleaved)
+            finished[0] = count_golemq_finished(box)
+            vacuum_analyze(box)
+
+        first, second = system.drain_twice(box, variant, n, idle_upkeep)
+    return {"second_over_first": first / second, "first_per_s": n / first,
+            "second_per_s": n / second, "finished_rows": finished[0], "jobs": n}
+
+
 def run_rss(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
     n = _slow(system, sizes.rss, sizes.rss_slow)
     with _box(system, dsn, "rss") as box:
@@ -280,6 +315,19 @@ SCENARIOS: tuple[Scenario, ...] = (
              (Metric("large_over_small", "large/small"), Metric("small_per_s", "small jobs/s"),
               Metric("large_per_s", "large jobs/s")), run_scale,
              systems=("raw-sql", "golemq-pg")),
+    Scenario("after-vacuum", "Drain after an idle VACUUM ANALYZE",
+             "In one sandbox: N no-op jobs are enqueued, analyzed and drained (N = 30,000; "
+             "2,000 with --quick); then, with nothing consuming, N more are enqueued (the "
+             "\"@1M\" configurations first insert 1,000,000 succeeded rows of history with "
+             "INSERT ... SELECT generate_series; full runs only) and every table of the "
+             "sandbox gets a VACUUM ANALYZE, as autovacuum would give an idle queue; then "
+             "the second backlog is drained by the same worker configuration on the same "
+             "store, whose pooled connections keep the statements prepared in the first "
+             "drain. 2nd/1st = the second drain's jobs/s over the first's, per run; "
+             "finished rows = succeeded rows in the table at the VACUUM.",
+             (Metric("second_over_first", "2nd/1st"), Metric("first_per_s", "1st jobs/s"),
+              Metric("second_per_s", "2nd jobs/s"), Metric("finished_rows", "finished rows")),
+             run_after_vacuum, systems=("golemq-pg",)),
     Scenario("rss", "Worker RSS while draining",
              "The consumer runs in a child process that drains N jobs; its RSS is sampled "
              "every 20 ms with psutil; the peak is reported.",

@@ -248,6 +248,14 @@ class System:
         """Seconds to process ``k`` jobs out of a larger backlog (the scale scenario)."""
         raise UnsupportedError
 
+    def drain_twice(self, box: Sandbox, variant: Variant, n: int,
+                    between: Callable[[], object]) -> tuple[float, float]:
+        """Seconds of two drains of ``n`` already-enqueued jobs each, by one set of consumers
+        (the same connections where the system has a pool); ``between()`` runs once the first
+        drain has ended, with nothing consuming, and leaves the second backlog of ``n`` due
+        jobs (the after-vacuum scenario)."""
+        raise UnsupportedError
+
     def steady(self, box: Sandbox, variant: Variant, seconds: float) -> SteadyResult:
         """One producer (batches of 100) and the consumers together for ``seconds``."""
         raise UnsupportedError

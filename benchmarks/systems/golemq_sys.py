@@ -6,7 +6,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.sandbox import Sandbox, analyze_backlog
@@ -37,6 +37,9 @@ FEATURES_SUFFIX = "+all"
 FEATURES_ON = f"c{CONCURRENCY}{FEATURES_SUFFIX}"
 #: What the every-feature-on handler returns: a small JSON result, stored with each job.
 RESULT = {"ok": True}
+#: The after-vacuum configurations drained beside a big finished history (variant keys end
+#: with it; the rows are scenarios.Sizes.after_vacuum_history, 1,000,000 in a full run).
+HISTORY_SUFFIX = "@1M"
 
 
 def _quiet_logs() -> None:
@@ -75,16 +78,18 @@ async def _async_enqueue(box: Sandbox, work: Any) -> float:
         return time.perf_counter() - started
 
 
-def _count_results(box: Sandbox) -> int:
-    """Rows of the sandbox's jobs table that carry a result (checked after a drain, not
-    timed)."""
+def _finished(box: Sandbox) -> tuple[int, int]:
+    """Rows of the sandbox's jobs table that succeeded, and those that carry a result
+    (counted around a drain, not timed, on a connection of their own)."""
     import psycopg  # noqa: PLC0415
     from psycopg import sql  # noqa: PLC0415
 
     with psycopg.connect(box.dsn) as conn:
-        rows = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE result IS NOT NULL").format(
+        rows = conn.execute(sql.SQL(
+            "SELECT count(*) FILTER (WHERE status = 'succeeded'),"
+            " count(*) FILTER (WHERE result IS NOT NULL) FROM {}").format(
             sql.Identifier(box.schema_name, "jobs"))).fetchall()
-    return int(rows[0][0])
+    return int(rows[0][0]), int(rows[0][1])
 
 
 #: Pool connections a draining worker has in use at once (psycopg_pool's statistics after a
@@ -221,11 +226,36 @@ class GolemqSystem(System):
                     Variant(self.name, "resource-open",
                             f"golemq-pg resource pool (cap {POOL_OPEN_CAP}, not binding)",
                             {**base, "resource": POOL_OPEN_CAP})]
+        if scenario == "after-vacuum":
+            return self._after_vacuum_variants(default, {**base, **features})
         if scenario in ("single", "bulk"):
             # AsyncQueue on an AsyncPostgresStore: the same producer, awaited on a loop.
             return [default, Variant(self.name, "async", "golemq-pg AsyncQueue",
                                      {**base, "enqueue": {"asynchronous": True}})]
         return [default]
+
+    def _after_vacuum_variants(self, default: Variant,
+                               features: dict[str, Any]) -> list[Variant]:
+        # The plain drain, every feature on, and the two guards of the guarded scenario
+        # whose cost showed there (its "scope-spread" and binding "resource" variants), each
+        # once on the table the first drain leaves and once beside a big finished history
+        # (full runs only: the history takes a while to load and to vacuum).
+        base = dict(default.options)
+        configs = [
+            default,
+            Variant(self.name, FEATURES_ON, f"golemq-pg concurrency {CONCURRENCY}, every "
+                    "feature on (result stored, PrometheusObserver)", features),
+            Variant(self.name, "scope-spread",
+                    f"golemq-pg serialize_by_scope ({SCOPES} scopes, arrivals in turn)",
+                    {**base, "scopes": SCOPES, "interleaved": True,
+                     "serialize_by_scope": True}),
+            Variant(self.name, "resource",
+                    f"golemq-pg resource pool (cap {CONCURRENCY}, binding)",
+                    {**base, "resource": CONCURRENCY})]
+        return [v for config in configs for v in (
+            config, Variant(self.name, config.key + HISTORY_SUFFIX,
+                            f"{config.label}, 1M finished rows of history",
+                            {**config.options, "history": True}, full_only=True))]
 
     # -- plumbing ---------------------------------------------------------------------------
     def _store(self, box: Sandbox, max_size: int = 8, min_size: int = 1) -> Any:
@@ -330,7 +360,6 @@ class GolemqSystem(System):
             return time.perf_counter() - started
 
     def drain(self, box: Sandbox, variant: Variant, n: int) -> float:
-        counter = _Counter()
         otel = bool(variant.options.get("otel"))
         # The ceiling's loops connect before the clock starts; so does the worker's pool (a
         # drain keeps WARM_CONNECTIONS busy: the claim loop, the completer and an upkeep
@@ -345,17 +374,40 @@ class GolemqSystem(System):
                         psycopg.sql.Identifier(box.schema)))
                 self.enqueue_setup(box, n)
                 analyze_backlog(box)
-            worker = self._worker(store, variant, lambda _job: counter.add())
-            started = time.perf_counter()
-            worker.run_until_empty(timeout=900)
-            elapsed = time.perf_counter() - started
-            # Not timed: every acknowledgement must have landed when run_until_empty returned.
-            succeeded = _api()[1](store).count_by_status()[_succeeded()]
+            return self._drain_on(store, box, variant, n)
+
+    def drain_twice(self, box: Sandbox, variant: Variant, n: int,
+                    between: Callable[[], object]) -> tuple[float, float]:
+        # One store, so one pool, for both drains, set up as drain() sets up its own: the
+        # statements psycopg prepared on the pool's connections during the first drain are
+        # the ones the second drain runs, after whatever between() did to the table (the
+        # after-vacuum scenario's VACUUM ANALYZE). That is the production state this
+        # measures: long-lived pooled connections whose prepared claim and completion
+        # statements may settle on a generic plan. Each drain has a Worker of its own, as
+        # drain()'s has (run_until_empty stops its worker); the pool outlives both.
+        with self._store(box, min_size=WARM_CONNECTIONS) as store:
+            store.pool.wait()
+            first = self._drain_on(store, box, variant, n)
+            between()
+            second = self._drain_on(store, box, variant, n, before=_finished(box))
+        return first, second
+
+    def _drain_on(self, store: Any, box: Sandbox, variant: Variant, n: int,
+                  before: tuple[int, int] = (0, 0)) -> float:
+        """Seconds a new worker on ``store`` takes to drain ``n`` due jobs; ``before``: the
+        succeeded rows and stored results the table held already (:func:`_finished`)."""
+        counter = _Counter()
+        worker = self._worker(store, variant, lambda _job: counter.add())
+        started = time.perf_counter()
+        worker.run_until_empty(timeout=900)
+        elapsed = time.perf_counter() - started
+        # Not timed: every acknowledgement must have landed when run_until_empty returned.
+        succeeded = _api()[1](store).count_by_status()[_succeeded()] - before[0]
         if counter.value != n or succeeded != n:
             raise RuntimeError(f"golemq-pg ran {counter.value} and recorded {succeeded} "
                                f"succeeded of {n} jobs")
         if variant.options.get("result"):
-            stored = _count_results(box)
+            stored = _finished(box)[1] - before[1]
             if stored != n:
                 raise RuntimeError(f"golemq-pg stored {stored} results of {n} jobs")
         return elapsed

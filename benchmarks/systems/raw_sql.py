@@ -64,6 +64,18 @@ SELECT %(type)s, jsonb_build_object('i', g)
   FROM generate_series(%(first)s::integer, %(last)s::integer) AS g
 """
 
+#: Jobs that ran once and succeeded, finished over the past 30 days (the shape of
+#: benchmarks/bigtable.py's finished rows): a long-running queue's kept history.
+_FILL_FINISHED = """
+INSERT INTO {jobs} (type, payload, status, attempts, lease_token, run_at, started_at,
+                    finished_at, created_at, updated_at)
+SELECT %(type)s, jsonb_build_object('i', g), 'succeeded', 1, 1, t, t, t, t, t
+  FROM (SELECT g, now() - interval '1 hour' - (g %% 2592000) * interval '1 second' AS t
+          FROM generate_series(1, %(n)s::bigint) AS g) AS finished
+"""
+
+_COUNT_FINISHED = "SELECT count(*) FROM {jobs} WHERE status = 'succeeded'"
+
 _INSERT_ONE = "INSERT INTO {jobs} (type, payload) VALUES (%(type)s, %(payload)s::jsonb)"
 _COPY = "COPY {jobs} (type, payload) FROM STDIN"
 _CHANNEL = "SELECT {fn}('jobs')"
@@ -78,6 +90,8 @@ class _Statements:
         self.complete = sql.SQL(_COMPLETE).format(jobs=jobs)
         self.fill = sql.SQL(_FILL).format(jobs=jobs)
         self.fill_range = sql.SQL(_FILL_RANGE).format(jobs=jobs)
+        self.fill_finished = sql.SQL(_FILL_FINISHED).format(jobs=jobs)
+        self.count_finished = sql.SQL(_COUNT_FINISHED).format(jobs=jobs)
         self.insert_one = sql.SQL(_INSERT_ONE).format(jobs=jobs)
         self.copy = sql.SQL(_COPY).format(jobs=jobs)
         self.channel = sql.SQL(_CHANNEL).format(fn=sql.Identifier(schema, "channel_name"))
@@ -118,6 +132,22 @@ def fill_golemq_table(box: Sandbox, n: int) -> None:
     q = _Statements(box.schema_name)
     with psycopg.connect(box.dsn, autocommit=True) as conn:
         conn.execute(q.fill, {"type": JOB_TYPE, "n": n})
+
+
+def fill_golemq_history(box: Sandbox, n: int) -> None:
+    """Insert ``n`` finished (succeeded) no-op jobs into golemq-pg's table in ``box`` in one
+    statement: the kept history of a queue that has run for a while (not analyzed here)."""
+    q = _Statements(box.schema_name)
+    with psycopg.connect(box.dsn, autocommit=True) as conn:
+        conn.execute(q.fill_finished, {"type": JOB_TYPE, "n": n})
+
+
+def count_golemq_finished(box: Sandbox) -> int:
+    """The succeeded rows of golemq-pg's table in ``box``."""
+    q = _Statements(box.schema_name)
+    with psycopg.connect(box.dsn, autocommit=True) as conn:
+        rows = conn.execute(q.count_finished).fetchall()
+    return int(rows[0][0])
 
 
 class RawSql(System):

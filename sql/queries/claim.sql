@@ -208,7 +208,10 @@ quota AS MATERIALIZED (
 -- the scope walk test a scope against a hash of this set (NOT IN an uncorrelated subquery)
 -- instead of probing jobs_running_idx once per row or step: a scope whose backlog heads the
 -- claim order while it runs would otherwise be probed once per pending row. A larger running
--- set (the leases of many workers) falls back to the probes, so the read stays bounded.
+-- set (the leases of many workers) falls back to the probes, so the read stays bounded. Each
+-- probe ends in OFFSET 0: with statistics that say nothing runs (a VACUUM ANALYZE while
+-- idle) the planner otherwise made it a "hashed SubPlan" that read every running row of the
+-- type, and every dead entry of jobs_running_idx, on each claim.
 live AS MATERIALIZED (
     SELECT r.scope_type, r.scope_id
       FROM {schema}.jobs r
@@ -280,7 +283,8 @@ walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
                                   WHERE r.type = %(type)s::text AND r.status = 'running'
                                     AND r.scope_type = n.scope_type
                                     AND r.scope_id = n.scope_id
-                                    AND r.lease_expires_at > statement_timestamp()) END
+                                    AND r.lease_expires_at > statement_timestamp()
+                                 OFFSET 0) END
                    -- NOT IN an uncorrelated subquery: one hash of "taken" for the whole walk
                    -- (a correlated NOT EXISTS rescans it at every step). No NULLs on either
                    -- side: "taken" and the walk only hold scoped rows (jobs_scope_pair).
@@ -438,7 +442,8 @@ cand AS MATERIALIZED (
                              SELECT 1 FROM {schema}.jobs r
                               WHERE r.type = j.type AND r.status = 'running'
                                 AND r.scope_type = j.scope_type AND r.scope_id = j.scope_id
-                                AND r.lease_expires_at > statement_timestamp()) END)
+                                AND r.lease_expires_at > statement_timestamp()
+                             OFFSET 0) END)
              ORDER BY j.priority DESC, j.run_at, j.id
              -- without serialize_by_scope the window's first "quota" rows are the pick:
              -- reading further (e.g. a pool with room for 32 of the 500 asked) is wasted
@@ -517,7 +522,8 @@ cand AS MATERIALIZED (
                              SELECT 1 FROM {schema}.jobs r
                               WHERE r.type = %(type)s::text AND r.status = 'running'
                                 AND r.scope_type = j0.scope_type AND r.scope_id = j0.scope_id
-                                AND r.lease_expires_at > statement_timestamp()) END)
+                                AND r.lease_expires_at > statement_timestamp()
+                             OFFSET 0) END)
                AND (j0.scope_type IS NOT NULL OR NOT EXISTS (
                     SELECT 1 FROM {schema}.jobs r
                      WHERE r.type = %(type)s::text AND r.status = 'running'

@@ -2,48 +2,24 @@
 --
 -- Every write is fenced on (id, lease_owner, lease_token, status = 'running'): a worker that
 -- lost its lease (reaped, cancelled, re-claimed by someone else) changes nothing, and each
--- statement returns the ids it actually wrote. Items arrive as parallel arrays unnested in
--- one statement, so a batch of N outcomes costs one round trip.
+-- statement returns the ids it actually wrote. Items arrive as parallel arrays, so a batch of
+-- N outcomes costs one round trip.
+--
+-- The writes given a list of ids run inside functions of migration 0007 (complete_jobs and
+-- the others), which plan with their own settings so that `jobs` is only ever read through
+-- the primary key, one descent per id: a statement here was planned from the partial indexes
+-- on running rows whenever the statistics said nothing ran (a VACUUM ANALYZE while idle),
+-- and then read every running row and every dead entry of that index on each call. The
+-- calls return the same rows as the statements they replace.
 
 
 -- name: job_complete_many
 -- The hot path: no result, nothing deleted. The ids that became SUCCEEDED are announced once
 -- per statement on the "done" channel (notify_jobs_done in 0002; the hint queue.wait()
--- listens for). The "hint" CTE is joined so that it runs; it yields exactly one row. The ids
--- written come back as one comma-separated text (NULL: none), not a row each: the client
--- splits it at C speed instead of building a row per job (the completer's thread).
-WITH done AS (
-    UPDATE {schema}.jobs j
-       SET status = 'succeeded',
-           finished_at = now(),
-           updated_at = now(),
-           lease_owner = NULL,
-           lease_expires_at = NULL
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-     WHERE j.id = t.id
-       AND j.lease_token = t.token
-       AND j.lease_owner = %(owner)s::text
-       AND j.status = 'running'
-    RETURNING j.id
-),
-hint AS (
-    SELECT {schema}.notify_jobs_done(array_agg(d.id)) FROM done d
-)
-SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
-
-
--- name: fragment_completion_items
--- The items of a completion storing results: id, fencing token and result (NULL: none).
--- One unnest of three arrays, the results' made once (an InitPlan) from the JSON array in
--- its order: a join of the two function scans on their ordinality made the planner expect
--- far more rows and hash-join them against a scan of the whole table (measured: a drain
--- storing results fell to a third of the drain without).
-SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[],
-              ARRAY(SELECT r.value
-                      FROM jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY
-                           AS r(value, n)
-                     ORDER BY r.n)) AS t(id, token, result)
+-- listens for). The ids written come back as one comma-separated text (NULL: none), not a
+-- row each: the client splits it at C speed instead of building a row per job (the
+-- completer's thread).
+SELECT {schema}.complete_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[]) AS ids
 
 
 -- name: job_complete_many_with_results
@@ -51,78 +27,18 @@ SELECT t.id, t.token, NULLIF(t.result, 'null'::jsonb) AS result
 -- no type of the worker deletes on success. The results come as ONE JSON array, item by
 -- item in the order of the ids (null: no result), paired with the ids by position: a text[]
 -- of a few hundred results cost the client several milliseconds to send, the array's text a
--- fraction of that (measured). Ids written come back as one comma-separated text, as in
--- job_complete_many.
-WITH item AS (
-    {fragment_completion_items}
-),
-done AS (
-    UPDATE {schema}.jobs j
-       SET status = 'succeeded',
-           result = i.result,
-           finished_at = now(),
-           updated_at = now(),
-           lease_owner = NULL,
-           lease_expires_at = NULL
-      FROM item i
-     WHERE j.id = i.id
-       AND j.lease_token = i.token
-       AND j.lease_owner = %(owner)s::text
-       AND j.status = 'running'
-    RETURNING j.id
-),
-hint AS (
-    SELECT {schema}.notify_jobs_done(array_agg(d.id)) FROM done d
-)
-SELECT (SELECT string_agg(d.id::text, ',') FROM done d) AS ids FROM hint
+-- fraction of that (measured).
+SELECT {schema}.complete_jobs_with_results(
+           %(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb) AS ids
 
 
 -- name: job_complete_many_deleting
 -- RUNNING -> SUCCEEDED with each item's result (or NULL), except that the rows of a type in
 -- delete_types (delete_on "success" or "always") are deleted instead of updated, under the
--- same fence: the held rows are locked first, so the delete and the update act on exactly
--- the fenced rows. Returns the ids written either way (one comma-separated text, as in
--- job_complete_many) and announces them once on "done". The results come as one JSON
--- array paired with the ids by position (fragment_completion_items).
-WITH item AS (
-    {fragment_completion_items}
-),
-held AS MATERIALIZED (
-    SELECT j.id, i.result, j.type = ANY(%(delete_types)s::text[]) AS remove
-      FROM {schema}.jobs j
-      JOIN item i ON i.id = j.id
-     WHERE j.lease_token = i.token
-       AND j.lease_owner = %(owner)s::text
-       AND j.status = 'running'
-       FOR UPDATE OF j
-),
-removed AS (
-    DELETE FROM {schema}.jobs j
-     USING held h
-     WHERE j.id = h.id AND h.remove
-    RETURNING j.id
-),
-done AS (
-    UPDATE {schema}.jobs j
-       SET status = 'succeeded',
-           result = h.result,
-           finished_at = now(),
-           updated_at = now(),
-           lease_owner = NULL,
-           lease_expires_at = NULL
-      FROM held h
-     WHERE j.id = h.id AND NOT h.remove
-    RETURNING j.id
-),
-finished AS (
-    SELECT r.id FROM removed r
-    UNION ALL
-    SELECT d.id FROM done d
-),
-hint AS (
-    SELECT {schema}.notify_jobs_done(array_agg(f.id)) FROM finished f
-)
-SELECT (SELECT string_agg(f.id::text, ',') FROM finished f) AS ids FROM hint
+-- same fence. Returns the ids written either way (one comma-separated text).
+SELECT {schema}.complete_jobs_deleting(
+           %(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb,
+           %(delete_types)s::text[]) AS ids
 
 
 -- name: job_fail_many
@@ -130,177 +46,67 @@ SELECT (SELECT string_agg(f.id::text, ',') FROM finished f) AS ids FROM hint
 -- (append_attempt_error in 0002, the newest %(history)s kept). Rows of a type in
 -- delete_types (delete_on="always") are deleted instead, under the same fence. The ids
 -- written either way are announced once on the "done" channel.
-WITH item AS (
-    SELECT t.id, t.token, t.error
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(errors)s::text[])
-           AS t(id, token, error)
-),
-held AS MATERIALIZED (
-    SELECT j.id, i.error, j.type = ANY(%(delete_types)s::text[]) AS remove
-      FROM {schema}.jobs j
-      JOIN item i ON i.id = j.id
-     WHERE j.lease_token = i.token
-       AND j.lease_owner = %(owner)s::text
-       AND j.status = 'running'
-       FOR UPDATE OF j
-),
-removed AS (
-    DELETE FROM {schema}.jobs j
-     USING held h
-     WHERE j.id = h.id AND h.remove
-    RETURNING j.id
-),
-failed AS (
-    UPDATE {schema}.jobs j
-       SET status = 'failed',
-           finished_at = now(),
-           updated_at = now(),
-           last_error = h.error,
-           errors = {schema}.append_attempt_error(
-               j.errors, j.attempts, h.error, j.lease_owner, %(history)s::int),
-           lease_owner = NULL,
-           lease_expires_at = NULL
-      FROM held h
-     WHERE j.id = h.id AND NOT h.remove
-    RETURNING j.id
-),
-finished AS (
-    SELECT r.id FROM removed r
-    UNION ALL
-    SELECT f.id FROM failed f
-),
-hint AS (
-    SELECT {schema}.notify_jobs_done(array_agg(f.id)) FROM finished f
-)
-SELECT f.id FROM finished f CROSS JOIN hint
-
-
--- name: fragment_superseded
--- Whether a held keyed job (row "j") is superseded: its key gained a PENDING replacement
--- while it ran (on_duplicate="replace"). Such a job is deleted instead of going back to
--- PENDING, because the replacement carries the newer payload and the pending-only unique
--- index admits one PENDING job per key.
-(j.dedupe_key IS NOT NULL AND EXISTS (
-    SELECT 1 FROM {schema}.jobs p
-     WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
-       AND p.status = 'pending')) AS superseded
-
-
--- name: fragment_held_and_dropped
--- The rest of the "held" CTE of job_retry_many and job_release_many (which expect a CTE
--- "item" of ids and tokens), then the "dropped" CTE deleting the superseded rows. The held
--- rows are locked first (MATERIALIZED), so the delete and the update act on exactly the
--- fenced rows.
-  FROM {schema}.jobs j
-  JOIN item i ON i.id = j.id
- WHERE j.lease_token = i.token
-   AND j.lease_owner = %(owner)s::text
-   AND j.status = 'running'
-   FOR UPDATE OF j
-),
-dropped AS (
-    DELETE FROM {schema}.jobs j
-     USING held h
-     WHERE j.id = h.id AND h.superseded
-    RETURNING j.id
-),
+SELECT f.id
+  FROM {schema}.fail_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
+                          %(errors)s::text[], %(delete_types)s::text[], %(history)s::int)
+       AS f(id)
 
 
 -- name: job_retry_many
 -- RUNNING -> PENDING after each item's delay (database clock); an attempt that should not
--- count (consume_attempt false) is refunded. A superseded keyed job is deleted instead
--- (fragment_superseded).
-WITH item AS (
-    SELECT t.id, t.token, t.delay, t.error, t.consume
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(delays)s::float8[],
-                  %(errors)s::text[], %(consume)s::boolean[])
-           AS t(id, token, delay, error, consume)
-),
-held AS MATERIALIZED (
-    SELECT j.id, i.delay, i.error, i.consume,
-           {fragment_superseded}
-      {fragment_held_and_dropped}
-moved AS (
-    UPDATE {schema}.jobs j
-       SET status = 'pending',
-           run_at = now() + make_interval(secs => h.delay),
-           last_error = h.error,
-           errors = {schema}.append_attempt_error(
-               j.errors, j.attempts, h.error, j.lease_owner, %(history)s::int),
-           attempts = CASE WHEN h.consume THEN j.attempts ELSE greatest(j.attempts - 1, 0) END,
-           lease_owner = NULL,
-           lease_expires_at = NULL,
-           updated_at = now()
-      FROM held h
-     WHERE j.id = h.id AND NOT h.superseded
-    RETURNING j.id
-)
-SELECT d.id FROM dropped d
-UNION ALL
-SELECT m.id FROM moved m
+-- count (consume_attempt false) is refunded. A superseded keyed job (its key gained a
+-- PENDING replacement while it ran) is deleted instead.
+SELECT r.id
+  FROM {schema}.retry_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
+                           %(delays)s::float8[], %(errors)s::text[], %(consume)s::boolean[],
+                           %(history)s::int) AS r(id)
 
 
 -- name: job_release_many
 -- RUNNING -> PENDING, due now, attempt refunded: the job was claimed but never started
 -- (shutdown, prefetch dropped). Superseded keyed jobs are deleted as in job_retry_many.
-WITH item AS (
-    SELECT t.id, t.token
-      FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
-),
-held AS MATERIALIZED (
-    SELECT j.id,
-           {fragment_superseded}
-      {fragment_held_and_dropped}
-moved AS (
-    UPDATE {schema}.jobs j
-       SET status = 'pending',
-           run_at = now(),
-           attempts = greatest(j.attempts - 1, 0),
-           lease_owner = NULL,
-           lease_expires_at = NULL,
-           updated_at = now()
-      FROM held h
-     WHERE j.id = h.id AND NOT h.superseded
-    RETURNING j.id
-)
-SELECT d.id FROM dropped d
-UNION ALL
-SELECT m.id FROM moved m
+SELECT r.id
+  FROM {schema}.release_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[])
+       AS r(id)
 
 
 -- name: lease_renew
 -- Only a lease that has not expired yet is extended: once expired, the reaper may already
 -- own the row's future, and the holder must treat the lease as lost.
-UPDATE {schema}.jobs j
-   SET lease_expires_at = now() + make_interval(secs => %(seconds)s::float8),
-       updated_at = now()
-  FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token)
- WHERE j.id = t.id
-   AND j.lease_token = t.token
-   AND j.lease_owner = %(owner)s::text
-   AND j.status = 'running'
-   AND j.lease_expires_at > now()
-RETURNING j.id
+SELECT r.id
+  FROM {schema}.renew_leases(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
+                             %(seconds)s::float8) AS r(id)
 
 
 -- name: lease_held
-SELECT j.id
-  FROM {schema}.jobs j
-  JOIN unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS t(id, token) ON t.id = j.id
- WHERE j.lease_token = t.token
-   AND j.lease_owner = %(owner)s::text
-   AND j.status = 'running'
+SELECT h.id
+  FROM {schema}.held_leases(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id)
 
 
 -- name: job_progress
+-- One id: its primary-key descent is the only index the fence leaves (the status test is an
+-- expression no partial index on running rows can serve, as in the functions of 0007).
 UPDATE {schema}.jobs j
    SET progress = %(progress)s::jsonb,
        updated_at = now()
  WHERE j.id = %(id)s::bigint
    AND j.lease_token = %(token)s::bigint
    AND j.lease_owner = %(owner)s::text
-   AND j.status = 'running'
+   AND j.status || '' = 'running'
 RETURNING j.id
+
+
+-- name: fragment_superseded
+-- The reaper's test whether a keyed job (row "j") is superseded: its key gained a PENDING replacement
+-- while it ran (on_duplicate="replace"). Such a job is deleted instead of going back to
+-- PENDING, because the replacement carries the newer payload and the pending-only unique
+-- index admits one PENDING job per key. OFFSET 0: one descent of jobs_dedupe_pending_uq
+-- per row, never a hashed SubPlan reading every pending keyed job.
+(j.dedupe_key IS NOT NULL AND EXISTS (
+    SELECT 1 FROM {schema}.jobs p
+     WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
+       AND p.status = 'pending'
+    OFFSET 0)) AS superseded
 
 
 -- name: lease_recover_expired

@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks import report
 from benchmarks.runner import Outcome
-from benchmarks.scenarios import QUICK, scenario_named
+from benchmarks.scenarios import FULL, QUICK, scenario_named
 from benchmarks.systems import system_named
 from benchmarks.systems.base import LoadPlan, Pacer
 
@@ -157,6 +157,62 @@ def test_guarded_targets_at_0_5x_and_0_7x_of_the_same_backlog() -> None:
     pool = one(found, "resource pool, cap = handler concurrency (binding)")
     assert not pool.ok
     assert pool.ratio == pytest.approx(0.4)
+
+
+def after_vacuum(key: str, finished: float, *ratios: float) -> Outcome:
+    """An after-vacuum outcome whose run i has second/first ratio ``ratios[i]``."""
+    return outcome("after-vacuum", "golemq-pg", key,
+                   [{"second_over_first": r, "first_per_s": 10_000, "second_per_s": 10_000 * r,
+                     "finished_rows": finished, "jobs": 30_000} for r in ratios])
+
+
+def test_after_vacuum_targets_hold_the_median_and_the_worst_run_of_each_configuration() -> None:
+    found = report.targets([
+        after_vacuum("c32", 30_000, 0.95, 0.92, 0.85),  # median 0.92, worst 0.85: both met
+        after_vacuum("c32@1M", 1_030_000, 0.95, 0.93, 0.75),  # worst run below 0.8
+        after_vacuum("scope-spread", 30_000, 0.85, 0.88, 0.90),  # median below 0.9
+        outcome("after-vacuum", "golemq-pg", "resource", [], error="RuntimeError: boom"),
+    ])
+    assert len(found) == 6  # two per measured configuration, none for the failed one
+    assert all(t.source == report.AFTER_VACUUM_SOURCE for t in found)
+    plain = "golemq-pg concurrency 32, 30,000 finished rows: the drain after an idle VACUUM"
+    median = one(found, f"{plain} ANALYZE >= 0.9x")
+    assert median.text.endswith(">= 0.9x the drain before it (median)")
+    assert median.ok
+    assert one(found, f"{plain} ANALYZE >= 0.8x").ok
+    assert median.ratio == pytest.approx(0.92)
+    assert median.measured == "9,200 jobs/s after vs 10,000 jobs/s before"
+    history = "golemq-pg concurrency 32, 1M finished rows of history, 1,030,000 finished rows"
+    rows = by_text(found, history)
+    assert [t.ok for t in rows] == [True, False]
+    worst = rows[1]
+    assert worst.text.endswith(">= 0.8x the drain before it in the worst run")
+    assert worst.ratio == pytest.approx(0.75)
+    assert worst.ratio_text == "0.75x the first drain, worst run"
+    assert worst.measured.startswith("lowest of 3 runs; ")
+    scoped = by_text(found, "golemq-pg serialize_by_scope (1000 scopes, arrivals in turn)")
+    assert [t.ok for t in scoped] == [False, True]
+    assert scoped[0].ratio == pytest.approx(0.88)
+
+
+def test_after_vacuum_drains_the_configurations_of_the_drain_and_guarded_scenarios() -> None:
+    golemq = system_named("golemq-pg")
+    full = {v.key: v for v in golemq.variants("after-vacuum", quick=False)}
+    quick = [v.key for v in golemq.variants("after-vacuum", quick=True) if not v.full_only]
+    assert quick == ["c32", "c32+all", "scope-spread", "resource"]
+    assert list(full) == ["c32", "c32@1M", "c32+all", "c32+all@1M", "scope-spread",
+                          "scope-spread@1M", "resource", "resource@1M"]
+    for scenario, key in (("drain", "c32"), ("drain", "c32+all"), ("guarded", "scope-spread"),
+                          ("guarded", "resource")):
+        same = next(v for v in golemq.variants(scenario, quick=False) if v.key == key)
+        assert full[key].options == same.options
+        assert not full[key].full_only
+        big = full[f"{key}@1M"]
+        assert big.full_only  # --quick stays small
+        assert big.options == {**same.options, "history": True}
+    assert FULL.after_vacuum == 30_000
+    assert FULL.after_vacuum_history == 1_000_000
+    assert QUICK.after_vacuum == 2_000
 
 
 def test_rss_must_stay_below_150_mb() -> None:

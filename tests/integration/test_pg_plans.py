@@ -1,0 +1,170 @@
+"""The plans PostgreSQL picks for the store's statements when its statistics mislead it.
+
+The state every deployment with autovacuum reaches after an idle period: finished rows, a
+``VACUUM ANALYZE`` while nothing ran (statistics and partial indexes say no row is running),
+then a drain with thousands of rows running. A plan chosen from those statistics that reads
+the partial indexes on running rows, the whole table, or the ids once per row grows with the
+drain and feeds on itself (a drain fell to 0.06x). Each test asserts on the plans
+auto_explain reports (statements inside functions too), under both plan cache modes: the
+plan a prepared statement settles on after its first executions is the generic one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from golemq_pg import Queue, Resource
+from golemq_pg.store.port import (
+    ClaimedJob,
+    ClaimRequest,
+    CompleteAndClaimParams,
+    FailItem,
+    ResultRef,
+    RetryItem,
+    TypeSlots,
+)
+from golemq_pg.store.postgres import PostgresStore
+from tests.support.plans import Plan, explained, loops_over, reads_of, vacuumed_while_idle
+
+MODES = ("force_generic_plan", "force_custom_plan")
+#: Rows finished before the idle VACUUM, and jobs running in the drain after it.
+FINISHED, RUNNING = 20_000, 3_000
+#: A worker's batch of outcomes (the completer's default chunk).
+BATCH = 500
+
+#: A write on a store bound to the connection auto_explain watches (also given).
+Write = Callable[[PostgresStore, psycopg.Connection[Any], list[ClaimedJob]], set[str]]
+
+
+def _complete_in_a_transaction(store: PostgresStore, conn: psycopg.Connection[Any],
+                               jobs: list[ClaimedJob]) -> set[str]:
+    with conn.transaction():  # the transactional handler's completion, in its transaction
+        return store.job_complete_many("w", jobs, delete_types=["work"])
+
+
+def _complete_and_claim(store: PostgresStore, _conn: psycopg.Connection[Any],
+                        jobs: list[ClaimedJob]) -> set[str]:
+    result = store.job_complete_and_claim(CompleteAndClaimParams(
+        owner="w", items=jobs, claim=TypeSlots(type="work", limit=10, lease_seconds=300),
+        resources={"pool": Resource(concurrency=RUNNING, types=["work"])}))
+    assert len(result.claimed) == 0  # every job of the type is running already
+    return result.written
+
+
+#: Every statement given a worker's list of ids: its call, and the indexes it may read
+#: besides the primary key (each with an index condition).
+FENCED_WRITES: dict[str, tuple[Write, frozenset[str]]] = {
+    "complete": (lambda s, _c, jobs: s.job_complete_many("w", jobs), frozenset()),
+    "complete storing results": (lambda s, _c, jobs: s.job_complete_many(
+        "w", [ResultRef(j.id, j.token, b'{"n": 1}') for j in jobs]), frozenset()),
+    "complete deleting": (lambda s, _c, jobs: s.job_complete_many(
+        "w", jobs, delete_types=["work"]), frozenset()),
+    "transactional completion": (_complete_in_a_transaction, frozenset()),
+    "fail": (lambda s, _c, jobs: s.job_fail_many(
+        "w", [FailItem(j.id, j.token, "boom") for j in jobs]), frozenset()),
+    "fail deleting": (lambda s, _c, jobs: s.job_fail_many(
+        "w", [FailItem(j.id, j.token, "boom") for j in jobs], delete_types=["work"]),
+        frozenset()),
+    # the superseded test probes the pending key of each held keyed row
+    "retry": (lambda s, _c, jobs: s.job_retry_many(
+        "w", [RetryItem(j.id, j.token, 1.0, "again") for j in jobs]),
+        frozenset({"jobs_dedupe_pending_uq"})),
+    "release": (lambda s, _c, jobs: s.job_release_many("w", jobs),
+                frozenset({"jobs_dedupe_pending_uq"})),
+    "renew": (lambda s, _c, jobs: s.lease_renew("w", jobs, 60.0), frozenset()),
+    "held": (lambda s, _c, jobs: s.lease_held("w", jobs), frozenset()),
+    # the pool's complete-and-claim: the claim half walks the claim index of the type and
+    # counts the live leases of the pool's member type (a range of jobs_running_idx)
+    "complete and claim": (_complete_and_claim, frozenset(
+        {"jobs_claim_idx", "jobs_dedupe_running_idx", "jobs_running_idx"})),
+}
+
+
+def _assert_probes_by_index(plans: list[Plan], allowed: frozenset[str]) -> None:
+    """Every read of ``jobs`` descends the primary key (or an ``allowed`` index) with an
+    index condition, and no nested loop pairs ``jobs`` with another input row by row."""
+    reads = reads_of(plans, "jobs")
+    assert reads, plans
+    for read in reads:
+        assert read["Node Type"] in ("Index Scan", "Index Only Scan"), read
+        assert read["Index Name"] in allowed | {"jobs_pkey"}, read
+        assert "Index Cond" in read, read
+    assert loops_over(plans, "jobs") == [], plans
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(FENCED_WRITES))
+def test_a_fenced_write_probes_the_primary_key_per_id_after_a_vacuum_while_idle(
+    pg_store: PostgresStore, pg_dsn: str, name: str, mode: str
+) -> None:
+    write, allowed = FENCED_WRITES[name]
+    jobs = vacuumed_while_idle(pg_store, pg_dsn, finished=FINISHED, running=RUNNING)
+    batch = jobs[-BATCH:]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, explained(conn, mode) as plans:
+        written = write(pg_store.with_connection(conn), conn, batch)
+    assert written == {j.id for j in batch}, name
+    _assert_probes_by_index(plans, allowed)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_progress_probes_the_primary_key_after_a_vacuum_while_idle(
+    pg_store: PostgresStore, pg_dsn: str, mode: str
+) -> None:
+    job = vacuumed_while_idle(pg_store, pg_dsn, finished=FINISHED, running=RUNNING)[-1]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, explained(conn, mode) as plans:
+        assert pg_store.with_connection(conn).job_progress("w", job, 0.5)
+    _assert_probes_by_index(plans, frozenset())
+
+
+#: The claims and the reaper select by status: each may read the indexes on pending or
+#: running rows, but only as a range with an index condition, never as a whole.
+CLAIMS: dict[str, TypeSlots] = {
+    "fast": TypeSlots("work", 100, 300),
+    "serialize_by_scope": TypeSlots("work", 100, 300, serialize_by_scope=True),
+    "not_while_running": TypeSlots("work", 100, 300, not_while_running=("other",)),
+    "grouped": TypeSlots("work", 100, 300, grouped=True, max_batch=5),
+}
+
+
+def _assert_ranges_of_indexes(plans: list[Plan]) -> None:
+    reads = reads_of(plans, "jobs")
+    assert reads, plans
+    for read in reads:
+        assert read["Node Type"] in ("Index Scan", "Index Only Scan"), read
+        assert "Index Cond" in read, read
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("scoped", [False, True], ids=["unscoped", "scoped"])
+@pytest.mark.parametrize("kind", list(CLAIMS))
+def test_a_claim_reads_index_ranges_after_a_vacuum_while_idle(
+    pg_store: PostgresStore, pg_dsn: str, kind: str, scoped: bool, mode: str
+) -> None:
+    # scoped: thousands of scopes with a live lease, more than a guarded claim reads into
+    # one hash, so it probes jobs_running_idx per scope instead
+    vacuumed_while_idle(pg_store, pg_dsn, finished=FINISHED, running=RUNNING, scoped=scoped)
+    # a new backlog behind the running jobs (in one scope for the guarded claims)
+    Queue(pg_store).add_many("work", [{"n": n} for n in range(1000)],
+                             scope=("s", "one") if kind != "fast" else None)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, explained(conn, mode) as plans:
+        claimed = pg_store.with_connection(conn).job_claim(
+            ClaimRequest(owner="w2", types=[CLAIMS[kind]]))
+    assert claimed, kind
+    _assert_ranges_of_indexes(plans)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_reaper_reads_expired_leases_by_expiry_after_a_vacuum_while_idle(
+    pg_store: PostgresStore, pg_dsn: str, mode: str
+) -> None:
+    vacuumed_while_idle(pg_store, pg_dsn, finished=FINISHED, running=RUNNING)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, explained(conn, mode) as plans:
+        assert pg_store.with_connection(conn).lease_recover_expired() == []
+    _assert_ranges_of_indexes(plans)
+    # the expired leases are found by expiry; every other read of the statement is by id
+    expired = [r for r in reads_of(plans, "jobs") if r["Index Name"] == "jobs_lease_idx"]
+    assert [r["Index Cond"] for r in expired] == ["(lease_expires_at < now())"], plans
