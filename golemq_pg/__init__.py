@@ -17,6 +17,8 @@ from golemq_pg._types import (
 )
 from golemq_pg.async_queue import AsyncQueue
 from golemq_pg.errors import (
+    JobAborted,
+    PreparedStatementsUnsupported,
     QueueConfigError,
     QueuePayloadError,
     RetryableJobError,
@@ -34,6 +36,7 @@ __all__ = [
     "BatchEvent",
     "CancelSignal",
     "InMemoryStore",
+    "JobAborted",
     "JobEvent",
     "JobStatus",
     "JobStore",
@@ -42,6 +45,7 @@ __all__ = [
     "LifecycleObserver",
     "PausedType",
     "PostgresStore",
+    "PreparedStatementsUnsupported",
     "Queue",
     "QueueConfigError",
     "QueuePayloadError",

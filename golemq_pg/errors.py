@@ -1,4 +1,5 @@
-"""Exceptions raised by handlers and by the queue on bad input."""
+"""The public exceptions: what handlers raise, what bad input and bad configuration get,
+and what a handler sees when its job is aborted. Exported from ``golemq_pg``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ class QueuePayloadError(ValueError):
 
 class QueueConfigError(ValueError):
     """A Worker, handler or resource is configured with a value out of range or inconsistent."""
+
+
+class PreparedStatementsUnsupported(QueueConfigError):  # noqa: N818 - reads as a condition
+    """Prepared statements met a pooler that cannot hold them (PgBouncer < 1.21 in
+    transaction mode); the message names the fix, ``PostgresStore.connect(...,
+    prepare=False)``."""
 
 
 class TerminalJobError(Exception):

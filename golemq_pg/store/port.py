@@ -8,7 +8,7 @@ tests. Every lease write (complete, retry, fail, release, renew, progress) is fe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -572,12 +572,6 @@ class JobStore(DashboardReads, Protocol):
 
     def close(self) -> None:
         """Release resources."""
-
-
-def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    """Split ``items`` into slices of at most ``size``."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 TransactionalClaim = AbstractContextManager[tuple[ClaimedJob, Any] | None]

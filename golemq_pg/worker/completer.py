@@ -240,22 +240,26 @@ class Completer(Service):
             # observers whose every lease held skips the walk.
             self._report(kind, group, written)
         if kind == FAIL and written:
-            dead = [(item, unit) for _, unit, items, _ in group for item in items
-                    if item.id in written]
-            log.warning(
-                "jobs_dead_lettered", worker_id=self.owner, count=len(dead),
-                job_ids=[item.id for item, _ in dead[:LOG_IDS]],
-                types=sorted({unit.pool.type for _, unit in dead}),
-                attempts=[_job(unit, item.id).attempt for item, unit in dead[:LOG_IDS]],
-                # The exception type only: a message may quote whatever the handler saw.
-                errors=sorted({(item.error or "").split(":", 1)[0] for item, _ in dead}),
-            )
+            self._log_dead_letters(group, written)
         if kind == RETRY and written:
             # A retry due (almost) now has no NOTIFY (it is an UPDATE): tell the claim loop.
             soon = {entry[1].pool.type for entry in group
                     if any(item.delay < SOON for item in entry[2])}
             if soon:
                 self._hint(tuple(soon))
+
+    def _log_dead_letters(self, group: list[Entry], written: set[str]) -> None:
+        """One warning for the jobs of ``group`` this write dead-lettered."""
+        dead = [(item, unit) for _, unit, items, _ in group for item in items
+                if item.id in written]
+        log.warning(
+            "jobs_dead_lettered", worker_id=self.owner, count=len(dead),
+            job_ids=[item.id for item, _ in dead[:LOG_IDS]],
+            types=sorted({unit.pool.type for _, unit in dead}),
+            attempts=[_job(unit, item.id).attempt for item, unit in dead[:LOG_IDS]],
+            # The exception type only: a message may quote whatever the handler saw.
+            errors=sorted({(item.error or "").split(":", 1)[0] for item, _ in dead}),
+        )
 
     def _call(
         self, kind: int, chunk: list[Any], target: ClaimingPool | None = None

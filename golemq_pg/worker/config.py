@@ -112,53 +112,61 @@ def check_resources(resources: object) -> dict[str, Resource]:
     checked: dict[str, Resource] = {}
     for raw_name, pool in resources.items():
         name = _name(raw_name, "resource name")
-        if not isinstance(pool, Resource):
-            raise QueueConfigError(f"resource {name!r} must be a Resource")
-        if pool.concurrency is None and pool.rate_per_minute is None:
-            raise QueueConfigError(
-                f"resource {name!r} needs concurrency, rate_per_minute, or both"
-            )
-        if pool.concurrency is not None:
-            _positive_int(pool.concurrency, f"resource {name!r} concurrency")
-        if pool.rate_per_minute is not None:
-            _positive_int(pool.rate_per_minute, f"resource {name!r} rate_per_minute")
-        if isinstance(pool.types, str):
-            raise QueueConfigError(f"resource {name!r} types must be a list of job types")
-        members = [_name(t, f"resource {name!r} member type") for t in pool.types]
-        if not members:
-            raise QueueConfigError(f"resource {name!r} must name at least one member type")
-        for costs, what in ((pool.costs, "costs"), (pool.rate_costs, "rate_costs")):
-            if not isinstance(costs, Mapping):
-                raise QueueConfigError(f"resource {name!r} {what} must be a mapping")
-            for job_type, cost in costs.items():
-                if job_type not in members:
-                    raise QueueConfigError(
-                        f"resource {name!r} {what} names {job_type!r}, which is not a member "
-                        "type of the pool"
-                    )
-                _positive_int(cost, f"resource {name!r} {what}[{job_type!r}]")
-            if what == "costs" and pool.concurrency is not None:
-                for job_type, cost in costs.items():
-                    if cost > pool.concurrency:
-                        raise QueueConfigError(
-                            f"resource {name!r}: cost of {job_type!r} exceeds its concurrency, "
-                            "so it could never run"
-                        )
-            if what == "rate_costs" and pool.rate_per_minute is not None:
-                for job_type, cost in costs.items():
-                    if cost > pool.rate_per_minute:
-                        raise QueueConfigError(
-                            f"resource {name!r}: rate cost of {job_type!r} exceeds "
-                            "rate_per_minute, so it could never run"
-                        )
-        checked[name] = Resource(
-            concurrency=pool.concurrency,
-            rate_per_minute=pool.rate_per_minute,
-            types=tuple(members),
-            costs=dict(pool.costs),
-            rate_costs=dict(pool.rate_costs),
-        )
+        checked[name] = _check_resource(name, pool)
     return checked
+
+
+def _check_resource(name: str, pool: object) -> Resource:
+    """One pool of :func:`check_resources`, validated and copied."""
+    if not isinstance(pool, Resource):
+        raise QueueConfigError(f"resource {name!r} must be a Resource")
+    if pool.concurrency is None and pool.rate_per_minute is None:
+        raise QueueConfigError(
+            f"resource {name!r} needs concurrency, rate_per_minute, or both"
+        )
+    if pool.concurrency is not None:
+        _positive_int(pool.concurrency, f"resource {name!r} concurrency")
+    if pool.rate_per_minute is not None:
+        _positive_int(pool.rate_per_minute, f"resource {name!r} rate_per_minute")
+    if isinstance(pool.types, str):
+        raise QueueConfigError(f"resource {name!r} types must be a list of job types")
+    members = [_name(t, f"resource {name!r} member type") for t in pool.types]
+    if not members:
+        raise QueueConfigError(f"resource {name!r} must name at least one member type")
+    _check_costs(name, pool.costs, "costs", members, pool.concurrency, "its concurrency")
+    _check_costs(name, pool.rate_costs, "rate_costs", members, pool.rate_per_minute,
+                 "rate_per_minute")
+    return Resource(
+        concurrency=pool.concurrency,
+        rate_per_minute=pool.rate_per_minute,
+        types=tuple(members),
+        costs=dict(pool.costs),
+        rate_costs=dict(pool.rate_costs),
+    )
+
+
+def _check_costs(name: str, costs: object, what: str, members: list[str],
+                 limit: int | None, limit_name: str) -> None:
+    """A pool's ``costs`` or ``rate_costs``: member types only, positive integers, none above
+    the limit it is spent from (``limit``, None: no such limit), which it could never fit."""
+    if not isinstance(costs, Mapping):
+        raise QueueConfigError(f"resource {name!r} {what} must be a mapping")
+    for job_type, cost in costs.items():
+        if job_type not in members:
+            raise QueueConfigError(
+                f"resource {name!r} {what} names {job_type!r}, which is not a member "
+                "type of the pool"
+            )
+        _positive_int(cost, f"resource {name!r} {what}[{job_type!r}]")
+    if limit is None:
+        return
+    for job_type, cost in costs.items():
+        if cost > limit:
+            kind = "cost" if what == "costs" else "rate cost"
+            raise QueueConfigError(
+                f"resource {name!r}: {kind} of {job_type!r} exceeds {limit_name}, "
+                "so it could never run"
+            )
 
 
 def check_retention(retention: object) -> RetentionConfig | None:

@@ -20,6 +20,7 @@ import structlog
 
 from golemq_pg._errortext import error_text
 from golemq_pg.store.port import (
+    ClaimBlock,
     ClaimedJob,
     ClaimRequest,
     LeaseRef,
@@ -56,6 +57,50 @@ ERROR_LOG_EVERY = 30.0
 LISTENER_CLAIM_MAX = 0.05
 
 
+class EmptyQueueWatch:
+    """What ``run_until_empty()`` waits for: the claim loop found nothing due, for every type
+    it handles, while nothing was held, written or running (``drained``)."""
+
+    def __init__(self) -> None:
+        self.drained = threading.Event()
+        #: Types asked by the empty claims since the last one that found work.
+        self._asked: set[str] = set()
+
+    def reset(self) -> None:
+        """Look again (parked jobs were made due)."""
+        self._asked.clear()
+        self.drained.clear()
+
+    def after_claim(self, *, got_jobs: bool, idle: bool, hinted: bool, asked: Sequence[str],
+                    open_types: Sequence[str], held_back: bool, maintained: bool,
+                    poll_interval: float) -> float | None:
+        """Note one claim of the types ``asked``; a pause the loop must take now, or None.
+
+        ``idle``: the worker held nothing when the pass began; ``hinted``: a hint arrived
+        during the claim; ``held_back``: a guard kept due work back; ``maintained``: the
+        first reaper pass is done.
+        """
+        if got_jobs or not idle:
+            self._asked.clear()
+        if got_jobs or not idle or hinted:
+            return None
+        self._asked.update(asked)
+        if not self._asked.issuperset(open_types):
+            # batch_size left some types out of the empty claims so far: ask them before
+            # calling the queue empty (the rotation puts them first next time).
+            return 0.0
+        if held_back:
+            # Due work held back by a guard (another process's lease, a pool's budget) is
+            # still due: run_until_empty keeps polling until it runs or the timeout ends.
+            return poll_interval
+        if not maintained:
+            # The first reaper pass may still return a crashed worker's jobs; it wakes the
+            # loop when done.
+            return poll_interval
+        self.drained.set()
+        return None
+
+
 class ClaimLoop(Service):
     """Leases jobs into the per-type buffers. See the module docstring.
 
@@ -87,11 +132,11 @@ class ClaimLoop(Service):
         self.claim_seconds: float | None = None
         self.poll_interval = runtime.config.poll_interval
         #: Set when a claim made with nothing held and nothing to write came back empty.
-        self.drained = threading.Event()
+        #: run_until_empty's watch of the claims: when the queue is drained.
+        self.empty = EmptyQueueWatch()
         self._next_poll = 0.0
         self._rotation = 0
         #: Types asked by the empty claims of an idle run_until_empty stretch.
-        self._idle_asked: set[str] = set()
         self._failures = 0
         self._failing_since = 0.0
         self._last_error_log = 0.0
@@ -172,7 +217,7 @@ class ClaimLoop(Service):
         types = sorted({*self.pools, *self.runtime.tx_pools})
         while True:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            if not self.drained.wait(left):
+            if not self.empty.drained.wait(left):
                 return False
             if not with_scheduled or not self.runtime.store.job_run_now_types(types):
                 return True
@@ -180,8 +225,7 @@ class ClaimLoop(Service):
             # Every pool is hinted before the flag drops, so no pass in between can find the
             # transactional pools idle on their last, empty, claim and call it drained.
             self.poll_now()
-            self._idle_asked.clear()
-            self.drained.clear()
+            self.empty.reset()
             self.runtime.wake.set()
 
     # -- the loop (hooks of Service) ----------------------------------------------------------
@@ -206,36 +250,68 @@ class ClaimLoop(Service):
         return self.runtime.holds_units() or not self._writes_idle()
 
     def _iteration(self) -> float | None:
+        """One pass: claim if anything calls for it; the pause to take after it."""
         runtime = self.runtime
         pools = list(self.pools.values())
         now = time.monotonic()
-        idle = (
-            runtime.until_empty
-            and not self.drained.is_set()
-            and not self._busy()
-            and runtime.tx_idle()
-        )
+        idle = runtime.until_empty and not self.empty.drained.is_set() and self._idle()
         if not pools:
             # Only transactional types (or none): they claim by themselves.
             if idle and runtime.maintained.is_set():
-                self.drained.set()
+                self.empty.drained.set()
             return None
         if self._writes_backlogged():
             return None  # the completer is behind: its next flush wakes us
-        poll_due = now >= self._next_poll or idle
-        # The rotation advances only when a claim is sent (below): advancing it on every pass
-        # could lock its phase to the loop's rhythm and always put the same type first.
-        start = self._rotation % len(pools)
-        ordered = pools[start:] + pools[:start]
-        open_pools = [(pool, pool.free()) for pool in ordered]
-        open_pools = [(pool, free) for pool, free in open_pools if free > 0]
+        open_pools = self._open_pools(pools)
         if not open_pools:
             return None  # every type is full: a finishing handler wakes us
+        poll_due = now >= self._next_poll or idle
         if not poll_due and not any(p.maybe_more and p.wants_claim() for p, _ in open_pools):
             return max(self._next_poll - now, 0.0)
         slots = self._slots(open_pools)
         if not slots:
             return None  # the room is promised to claims in flight: their end wakes us
+        claimed = self._claim_round(slots, open_pools, now)
+        if claimed is None:
+            return 0.0  # backed off inside _claim
+        jobs, blocked, hinted = claimed
+        pause = self.empty.after_claim(
+            got_jobs=bool(jobs), idle=idle, hinted=hinted, asked=[slot.type for slot in slots],
+            open_types=[pool.type for pool, _ in open_pools], held_back=bool(blocked),
+            maintained=runtime.maintained.is_set(), poll_interval=self.poll_interval)
+        return pause if pause is not None else self._pause_after(bool(jobs), bool(blocked), idle)
+
+    def _pause_after(self, got_jobs: bool, held_back: bool, idle: bool) -> float:
+        """The pause after a claim that did not settle run_until_empty's question."""
+        until_poll = max(self._next_poll - time.monotonic(), 0.0)
+        if not got_jobs and held_back:
+            # Sleep until woken (a flush, a finishing handler, a hint) or the next poll.
+            return until_poll
+        if not idle and not any(pool.maybe_more for pool in self.pools.values()):
+            # Every type came back short and no hint arrived meanwhile: the next pass would
+            # only compute this pause, so take it now (that pass held the GIL just as a
+            # handler thread woke for the jobs this one buffered).
+            return until_poll
+        return 0.0
+
+    def _idle(self) -> bool:
+        """Nothing held, nothing to write, no transactional handler busy."""
+        return not self._busy() and self.runtime.tx_idle()
+
+    def _open_pools(self, pools: list[TypePool]) -> list[tuple[TypePool, int]]:
+        """The pools with free room and that room, in this pass's rotation order. The
+        rotation advances only when a claim is sent (_claim_round): advancing it on every
+        pass could lock its phase to the loop's rhythm and always put the same type first."""
+        start = self._rotation % len(pools)
+        ordered = pools[start:] + pools[:start]
+        return [(pool, free) for pool, free in ((p, p.free()) for p in ordered) if free > 0]
+
+    def _claim_round(
+        self, slots: list[TypeSlots], open_pools: Sequence[tuple[TypePool, int]], now: float
+    ) -> tuple[list[ClaimedJob], Mapping[str, ClaimBlock], bool] | None:
+        """Send the claim of ``slots``, buffer what it leased and note per type whether more
+        may be due; returns the jobs, what blocked types that got nothing, and whether a
+        hint arrived meanwhile (None: the claim failed and backed off)."""
         self._rotation += 1
         hints = {pool.type: pool.hints for pool, _ in open_pools}
         began = time.monotonic()
@@ -243,7 +319,7 @@ class ClaimLoop(Service):
         jobs = self._claim(slots)
         if jobs is None:
             self._unreserve(slots)
-            return 0.0  # backed off inside _claim
+            return None
         if not recovering:
             # The claim that ends an outage waited for the database, not for the claim.
             self._tune(min(time.monotonic() - began, MAX_TUNE_SAMPLE))
@@ -253,45 +329,19 @@ class ClaimLoop(Service):
         blocked = claim_blocked(jobs)
         for slot in slots:
             pool = self.pools[slot.type]
-            got = counts.get(slot.type, 0)
             block = blocked.get(slot.type)
             # A type held back by leases (its scopes, a pool's concurrency, a type it must not
             # overlap) may claim again as soon as something is acknowledged: the completer's
             # flush wakes this loop, so it is not left waiting for the next poll. A spent
             # rate budget only refills with its window: that waits for the poll.
             pool.maybe_more = (
-                got >= slot.limit
+                counts.get(slot.type, 0) >= slot.limit
                 or pool.hints != hints[slot.type]
                 or (block is not None and block.kind != "pool rate")
             )
         self._blocked.observe(slots, counts, blocked)
         hinted = any(pool.hints != hints[pool.type] for pool, _ in open_pools)
-        if jobs or not idle:
-            self._idle_asked.clear()
-        if not jobs and idle and not hinted:
-            self._idle_asked.update(slot.type for slot in slots)
-            if not self._idle_asked.issuperset(pool.type for pool, _ in open_pools):
-                # batch_size left some types out of the empty claims so far: ask them before
-                # calling the queue empty (the rotation puts them first next time).
-                return 0.0
-            if blocked:
-                # Due work held back by a guard (another process's lease, a pool's budget) is
-                # still due: run_until_empty keeps polling until it runs or the timeout ends.
-                return self.poll_interval
-            if not runtime.maintained.is_set():
-                # The first reaper pass may still return a crashed worker's jobs; it wakes
-                # this loop when done.
-                return self.poll_interval
-            self.drained.set()
-        if not jobs and blocked:
-            # Sleep until woken (a flush, a finishing handler, a hint) or the next poll.
-            return max(self._next_poll - time.monotonic(), 0.0)
-        if not idle and not any(pool.maybe_more for pool in self.pools.values()):
-            # Every type came back short and no hint arrived meanwhile: the next pass would
-            # only compute this pause, so take it now (that pass held the GIL just as a
-            # handler thread woke for the jobs this one buffered).
-            return max(self._next_poll - time.monotonic(), 0.0)
-        return 0.0
+        return jobs, blocked, hinted
 
     def _tune(self, seconds: float) -> None:
         avg = self.claim_seconds

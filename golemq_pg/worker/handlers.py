@@ -86,6 +86,24 @@ def _flag(value: object, what: str) -> bool:
     return value
 
 
+def _concurrency(name: str, concurrency: object) -> int:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency <= 0:
+        raise QueueConfigError(f"concurrency of {name!r} must be a positive integer")
+    if concurrency > MAX_CONCURRENCY:
+        raise QueueConfigError(f"concurrency of {name!r} must be at most {MAX_CONCURRENCY}")
+    return concurrency
+
+
+def _max_batch(name: str, max_batch: object, grouped: bool) -> int | None:
+    if max_batch is None:
+        return None
+    if not grouped:
+        raise QueueConfigError(f"max_batch of {name!r} only applies to grouped handlers")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch <= 0:
+        raise QueueConfigError(f"max_batch of {name!r} must be a positive integer")
+    return max_batch
+
+
 def build_spec(
     job_type: object,
     fn: object,
@@ -109,10 +127,7 @@ def build_spec(
         raise QueueConfigError(str(exc)) from None
     if not callable(fn):
         raise QueueConfigError(f"the handler for {name!r} must be callable")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency <= 0:
-        raise QueueConfigError(f"concurrency of {name!r} must be a positive integer")
-    if concurrency > MAX_CONCURRENCY:
-        raise QueueConfigError(f"concurrency of {name!r} must be at most {MAX_CONCURRENCY}")
+    slots = _concurrency(name, concurrency)
     seconds: float | None = None
     if timeout is not None:
         try:
@@ -120,11 +135,7 @@ def build_spec(
         except ValueError as exc:
             raise QueueConfigError(str(exc)) from None
     is_grouped = _flag(grouped, "grouped") or (isinstance(job_type, JobType) and job_type.grouped)
-    if max_batch is not None:
-        if not is_grouped:
-            raise QueueConfigError(f"max_batch of {name!r} only applies to grouped handlers")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch <= 0:
-            raise QueueConfigError(f"max_batch of {name!r} must be a positive integer")
+    batch = _max_batch(name, max_batch, is_grouped)
     is_transactional = _flag(transactional, "transactional")
     if is_transactional and is_grouped:
         raise QueueConfigError(f"{name!r}: a handler cannot be both grouped and transactional")
@@ -146,13 +157,13 @@ def build_spec(
     return HandlerSpec(
         type=name,
         fn=fn,
-        concurrency=concurrency,
+        concurrency=slots,
         timeout=seconds,
         serialize_by_scope=_flag(serialize_by_scope, "serialize_by_scope"),
         not_while_running=excluded,
         waits_for=waits,
         grouped=is_grouped,
-        max_batch=max_batch,
+        max_batch=batch,
         transactional=is_transactional,
         delete_on=delete_on if isinstance(delete_on, str) else None,
         is_async=is_async,

@@ -60,9 +60,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("golemq_pg.worker.transactional")
 
 
-#: The port's optional verbs (kept under this name for existing imports).
-TransactionalStore = TransactionalJobStore
-
 
 def supports_transactional(store: object) -> bool:
     """Whether ``store`` offers the transactional claim (``job_interrupt_transactional``
@@ -371,4 +368,4 @@ class TransactionalPool:
         return JobTimeout(f"attempt exceeded the handler timeout of {self.spec.timeout}s")
 
 
-__all__ = ["TransactionalPool", "TransactionalStore", "lock_warnings", "supports_transactional"]
+__all__ = ["TransactionalPool", "lock_warnings", "supports_transactional"]

@@ -421,20 +421,11 @@ class Worker:
         claim_loop.start()
 
     def _abort_local(self, job_ids: Sequence[str], reason: str) -> None:
+        # Queue.cancel* calls this for every worker of the process (golemq_pg._local): the
+        # handlers of job_ids running here, whose rows are already gone, are aborted.
         parts = self._parts
         if parts is not None:
             parts.supervisor.abort_ids(job_ids, CANCELLED, error=reason)
-
-    def abort_local(self, job_ids: Sequence[str], reason: str = CANCELLED) -> int:
-        """Abort the handlers of ``job_ids`` running here (the rows must already be gone).
-
-        ``Queue.cancel*`` calls this for every worker of the process through
-        :mod:`golemq_pg._local`; returns how many units were aborted.
-        """
-        parts = self._parts
-        if parts is None:
-            return 0
-        return parts.supervisor.abort_ids(job_ids, CANCELLED, error=reason)
 
     def stop(self, timeout: Duration | None = None) -> None:
         """Graceful stop (idempotent): stop claiming, give back buffered jobs, let running

@@ -15,9 +15,16 @@ import httpx
 import psycopg
 import pytest
 
-from golemq_pg import AsyncPostgresStore, AsyncQueue, JobEvent, PostgresStore, Queue, Worker
+from golemq_pg import (
+    AsyncPostgresStore,
+    AsyncQueue,
+    JobEvent,
+    PostgresStore,
+    PreparedStatementsUnsupported,
+    Queue,
+    Worker,
+)
 from golemq_pg.store.port import RetryItem
-from golemq_pg.store.postgres._connections import PreparedStatementsUnsupported
 from tests.plugins.pgbouncer import Bouncer
 from tests.support.async_bridge import LoopThread
 from tests.support.store_port import add, claim, slots

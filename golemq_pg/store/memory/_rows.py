@@ -82,10 +82,6 @@ class JobRow:
             and self.lease_expires_at > now
         )
 
-    def is_due(self, now: datetime) -> bool:
-        """Pending and due by ``now``."""
-        return self.status is JobStatus.PENDING and self.run_at <= now
-
     def holds(self, owner: str, token: int) -> bool:
         """The fencing predicate every lease write uses."""
         return (

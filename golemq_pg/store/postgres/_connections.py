@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
 from psycopg_pool import ConnectionPool
 
-from golemq_pg.errors import QueueConfigError
+from golemq_pg.errors import PreparedStatementsUnsupported, QueueConfigError
 from golemq_pg.store.postgres._claim import Claimer
 from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._plans import channels as plan_channels
@@ -55,6 +55,20 @@ P = ParamSpec("P")
 RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
 #: How many times a retryable write runs before its error propagates.
 WRITE_ATTEMPTS = 3
+
+
+def retrying(verb: str, write: Callable[[], R], *, once: bool) -> R:
+    """``write()``, run again on a conflict in :data:`RETRYABLE`, up to
+    :data:`WRITE_ATTEMPTS` times in all; ``once``: a single try (inside a caller's
+    transaction, which the conflict has aborted). Each retry is logged with ``verb``."""
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return write()
+        except RETRYABLE as exc:
+            if once or attempt == WRITE_ATTEMPTS:
+                raise
+            log.info("store_write_retried", verb=verb, error=type(exc).__name__)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 # psycopg_pool retries a failed connection with a doubling delay (1, 2, 4, 8, 16, 32 s...) for
 # reconnect_timeout, and while such an attempt waits no other one starts: after an outage of a
@@ -156,10 +170,6 @@ PREPARE_FIX = (
     "transaction mode that cannot hold them (PgBouncer < 1.21) is in the way; connect with "
     "PostgresStore.connect(..., prepare=False)"
 )
-
-
-class PreparedStatementsUnsupported(QueueConfigError):  # noqa: N818 - reads as a condition
-    """Prepared statements met a pooler that cannot hold them; the message names the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,26 +548,14 @@ class StoreConnections:
 
     def _write_ids(self, name: str, params: dict[str, Any]) -> set[str]:
         """Run a fenced batch write and return the ids it changed (retried on conflicts)."""
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                return {str(row[0]) for row in self._fetch(name, params)}
-            except RETRYABLE as exc:
-                if self._bound is not None or attempt == WRITE_ATTEMPTS:
-                    raise
-                log.info("store_write_retried", verb=name, error=type(exc).__name__)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return retrying(name, lambda: {str(row[0]) for row in self._fetch(name, params)},
+                        once=self._bound is not None)
 
     def _write_id_text(self, name: str, params: dict[str, Any]) -> set[str]:
         """:meth:`_write_ids` for a statement returning the ids it changed as one
         comma-separated text (NULL: none)."""
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                return id_text_set(self._fetch(name, params))
-            except RETRYABLE as exc:
-                if self._bound is not None or attempt == WRITE_ATTEMPTS:
-                    raise
-                log.info("store_write_retried", verb=name, error=type(exc).__name__)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return retrying(name, lambda: id_text_set(self._fetch(name, params)),
+                        once=self._bound is not None)
 
     def channels(self) -> tuple[str, str]:
         """The NOTIFY channel names (jobs, cancel) of this schema, fetched once."""

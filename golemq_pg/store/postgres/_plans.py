@@ -23,9 +23,9 @@ first step (an id that cannot be ours) costs no connection at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 from psycopg import pq, sql
@@ -140,5 +140,3 @@ def queue_identity(conninfo: object, schema: str) -> tuple[str, ...]:
     return (*(str(info.get(k) or "") for k in keys), schema)
 
 
-#: A plan function: the context first, then the verb's own arguments.
-PlanFn = Callable[Concatenate[PlanContext, P], Plan[R]]

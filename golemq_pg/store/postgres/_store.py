@@ -47,12 +47,11 @@ from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
-    RETRYABLE,
-    WRITE_ATTEMPTS,
     ConnectionOptions,
     ConnectOptions,
     Shared,
     open_pool,
+    retrying,
     session_setup,
     sync_verb,
 )
@@ -284,17 +283,13 @@ class PostgresStore(
             with bound.transaction():
                 found, batch = claimer.run_after_write(bound, write, request, managed=False)
             return CompleteAndClaimResult(rows.id_text_set(found), batch)
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                with self._pooled() as conn:
-                    found, batch = claimer.run_after_write(conn, write, request, managed=True)
-                return CompleteAndClaimResult(rows.id_text_set(found), batch)
-            except RETRYABLE as exc:
-                if attempt == WRITE_ATTEMPTS:
-                    raise
-                log.info("store_write_retried", verb="job_complete_and_claim",
-                         error=type(exc).__name__)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        def complete_and_claim() -> CompleteAndClaimResult:
+            with self._pooled() as conn:
+                found, batch = claimer.run_after_write(conn, write, request, managed=True)
+            return CompleteAndClaimResult(rows.id_text_set(found), batch)
+
+        return retrying("job_complete_and_claim", complete_and_claim, once=False)
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
@@ -351,13 +346,10 @@ class PostgresStore(
             "exhausted_error": LEASE_EXHAUSTED_ERROR,
             "history": HISTORY_LIMIT,
         }
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                return [rows.reclaimed(r) for r in self._fetch("lease_recover_expired", args)]
-            except RETRYABLE:
-                if self._bound is not None or attempt == WRITE_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return retrying(
+            "lease_recover_expired",
+            lambda: [rows.reclaimed(r) for r in self._fetch("lease_recover_expired", args)],
+            once=self._bound is not None)
 
     def job_progress(self, owner: str, item: LeaseRef, progress: float | dict[str, Any]) -> bool:
         """Persist progress for a held lease."""
