@@ -23,7 +23,7 @@ import uvicorn
 from playwright.sync_api import sync_playwright
 
 from golemq_pg import JobStatus, PostgresStore, Queue, Worker
-from golemq_pg._demo import FLAKY, NOOP, SLOW, _register, _Tally, run_demo
+from golemq_pg.cli.demo import FLAKY, NOOP, SLOW, _register, _Tally, run_demo
 from golemq_pg.web import create_app
 
 SCHEMA = "golemq_screens"

@@ -15,7 +15,6 @@ from golemq_pg._types import (
     Transition,
     WorkerSummary,
 )
-from golemq_pg.async_queue import AsyncQueue
 from golemq_pg.errors import (
     JobAborted,
     PreparedStatementsUnsupported,
@@ -24,7 +23,7 @@ from golemq_pg.errors import (
     RetryableJobError,
     TerminalJobError,
 )
-from golemq_pg.queue import Queue
+from golemq_pg.queue import AsyncQueue, Queue
 from golemq_pg.store import InMemoryStore, JobStore, PostgresStore
 from golemq_pg.store.postgres import AsyncPostgresStore
 from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Worker

@@ -1,6 +1,6 @@
 """Driving a plan: a generator that yields the effects it needs (a statement, a store call)
 and receives their results. Written once for every plan of the package: the store verbs
-(``golemq_pg.store.postgres._plans``) and the queue methods (``golemq_pg._queue_plans``).
+(``golemq_pg.store.postgres._plans``) and the queue methods (``golemq_pg.queue.plans``).
 
 :func:`drive` runs a plan with a synchronous ``execute`` of one effect, :func:`drive_async`
 with a coroutine one; an effect that raises has its exception thrown into the plan at its

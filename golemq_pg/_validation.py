@@ -15,10 +15,14 @@ import orjson
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from golemq_pg._types import JobStatus, Scope
+from golemq_pg._types import JobStatus, JobType, Scope
 from golemq_pg.errors import QueuePayloadError
 
 MAX_NAME_LENGTH = 255
+#: The longest job id: a positive bigint in decimal (``add()`` returns ids as strings).
+MAX_JOB_ID_DIGITS = 19
+#: The longest pause reason accepted (the ``paused_types.reason`` column's bound).
+MAX_PAUSE_REASON = 1000
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_DEPTH = 200
 #: Durations beyond this (about 100 years) are rejected as a mistake, and keep intervals in range.
@@ -74,6 +78,46 @@ def check_scope(scope: object) -> Scope | None:
     if not isinstance(scope, tuple) or len(scope) != 2:
         raise ValueError("scope must be a Scope(type, id) or a (type, id) tuple")
     return Scope(check_name(scope[0], "scope type"), check_name(scope[1], "scope id"))
+
+
+def check_required_scope(scope: object) -> Scope:
+    """A scope that must be given (cancel and find by scope), validated as by
+    :func:`check_scope`."""
+    scope_v = check_scope(scope)
+    if scope_v is None:
+        raise ValueError("a scope is required")
+    return scope_v
+
+
+def check_job_type(job_type: object) -> str:
+    """A job type's name, given as a string or a :class:`JobType`, validated."""
+    if isinstance(job_type, JobType):
+        return check_name(job_type.name, "job type")
+    return check_name(job_type, "job type")
+
+
+def check_job_id(job_id: object) -> str:
+    """A job id as ``add()`` returns it (digits; an int is accepted): the rule of every
+    by-id method, the CLI's ID arguments and the dashboard's job URLs."""
+    if isinstance(job_id, bool) or not isinstance(job_id, str | int):
+        raise ValueError("job_id must be a string")
+    text = str(job_id)
+    if not text.isdigit() or len(text) > MAX_JOB_ID_DIGITS:
+        raise ValueError("job_id must be a job id as returned by add()")
+    return text
+
+
+def check_pause_reason(reason: object) -> str | None:
+    """A pause reason: None, or a string of at most :data:`MAX_PAUSE_REASON` characters."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise ValueError(f"reason must be a string, got {type(reason).__name__}")
+    if len(reason) > MAX_PAUSE_REASON:
+        raise ValueError(f"reason must be at most {MAX_PAUSE_REASON} characters")
+    if "\x00" in reason:
+        raise ValueError("reason must not contain NUL characters")
+    return reason
 
 
 def check_positive_int(value: object, what: str) -> int:

@@ -13,8 +13,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from golemq_pg._queue_control import check_job_id
-from golemq_pg._validation import check_name
+from golemq_pg._validation import check_job_id, check_name
 from golemq_pg.queue import Queue
 from golemq_pg.web._pages import bad_request
 from golemq_pg.web._render import page

@@ -12,9 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from golemq_pg._queue_control import check_job_id
 from golemq_pg._types import JobStatus
-from golemq_pg._validation import check_name, check_status, check_tags
+from golemq_pg._validation import check_job_id, check_name, check_status, check_tags
 from golemq_pg.store.dashboard import JobQuery
 from golemq_pg.store.port import JobStore
 from golemq_pg.web._render import chart, page

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from golemq_pg._types import JobType, type_name
-from golemq_pg._validation import check_delete_on, check_name, to_seconds
+from golemq_pg._validation import check_delete_on, check_job_type, check_name, to_seconds
 from golemq_pg.errors import QueueConfigError
 
 log = structlog.get_logger("golemq_pg.worker.handlers")
@@ -122,7 +122,7 @@ def build_spec(
     if not isinstance(job_type, str | JobType):
         raise QueueConfigError("a handler's job type must be a string or a JobType")
     try:
-        name = check_name(type_name(job_type), "job type")
+        name = check_job_type(job_type)
     except ValueError as exc:
         raise QueueConfigError(str(exc)) from None
     if not callable(fn):

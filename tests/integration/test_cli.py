@@ -203,7 +203,7 @@ BAD_INPUTS: list[tuple[list[str], str | None, int, str]] = [
     (["worker", "no_colon_here"], None, 2, "module:attribute"),
     (["worker", "golemq_pg_no_such_module:worker"], None, 2, "no such module"),
     (["worker", "golemq_pg.cli:no_such_attribute"], None, 2, "no attribute"),
-    (["worker", "golemq_pg.cli:DEFAULT_SCHEMA"], None, 2, "not a golemq_pg.Worker"),
+    (["worker", "golemq_pg.cli.base:DEFAULT_SCHEMA"], None, 2, "not a golemq_pg.Worker"),
     (["nonsense-command"], None, 2, "No such command"),
 ]
 

@@ -68,14 +68,14 @@ def test_demo_refuses_a_schema_it_must_not_drop(pg_dsn: str) -> None:
 
 
 def test_demo_worker_factory_runs_under_the_worker_command(pg_dsn: str, demo_schema: str) -> None:
-    """docker-compose.yml's default target: `golemq-pg worker golemq_pg._demo:build_worker`."""
+    """docker-compose.yml's default target: `golemq-pg worker golemq_pg.cli.demo:build_worker`."""
     env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
     env.update(GOLEMQ_DSN=pg_dsn, GOLEMQ_SCHEMA=demo_schema)
     cli = [sys.executable, "-m", "golemq_pg.cli"]
     migrated = subprocess.run([*cli, "--schema", demo_schema, "migrate"], env=env,
                               capture_output=True, text=True, timeout=60, check=False)
     assert migrated.returncode == 0, migrated.stderr
-    proc = subprocess.Popen([*cli, "worker", "golemq_pg._demo:build_worker"], env=env,
+    proc = subprocess.Popen([*cli, "worker", "golemq_pg.cli.demo:build_worker"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for job_type, payload in (("demo.slow", '{"steps": 3}'), ("demo.noop", "{}"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 import pytest
 
-from golemq_pg._cli_params import DURATION, SCOPE, parse_duration, parse_payload
-from golemq_pg._worker_processes import TargetError, split_target
+from golemq_pg.cli.base import DURATION, SCOPE, parse_duration, parse_payload
+from golemq_pg.cli.processes import TargetError, split_target
 
 
 @pytest.mark.parametrize(

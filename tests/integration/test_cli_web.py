@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from golemq_pg import PostgresStore
-from golemq_pg._cli_web import is_loopback
+from golemq_pg.cli.web import is_loopback
 from tests.support.cli import assert_clean_failure, run_cli
 from tests.support.web_server import web_process
 

@@ -1,18 +1,10 @@
-"""The producer and administration API: ``Queue`` (and the method table it shares with
-``AsyncQueue``).
-
-Every method is a plan of ``_queue_plans`` / ``_queue_control`` (validation before any SQL,
-the store call, the decoded result), declared once in :class:`QueueMethods` for both the
-synchronous ``Queue`` and the asyncio ``AsyncQueue`` (``golemq_pg.async_queue``). Bad input
-raises ``ValueError`` (or ``QueuePayloadError`` for payloads) and changes nothing.
-"""
+"""The one method table of ``Queue`` and ``AsyncQueue``: every plan of ``queue.plans`` and
+``queue.control`` declared once as a method of both classes (see ``queue.core``)."""
 
 from __future__ import annotations
 
-from golemq_pg import _queue_control as control
-from golemq_pg import _queue_plans as plans
-from golemq_pg._queue_core import QueueMethod, SyncRunner, sync_method
-from golemq_pg.store.port import JobStore
+from golemq_pg.queue import control, plans
+from golemq_pg.queue.core import QueueMethod
 
 
 class QueueMethods:
@@ -47,15 +39,4 @@ class QueueMethods:
     run_now = QueueMethod(control.run_now)
 
 
-class Queue(SyncRunner[JobStore], QueueMethods):
-    """Enqueue, schedule, cancel and inspect jobs through a :class:`JobStore`.
-
-    ``Queue(store, *, default_max_attempts=3, observers=())``; observers see "enqueued" and
-    "cancelled" transitions. ``wait`` blocks the calling thread.
-    """
-
-    add = sync_method(plans.add)
-    add_many = sync_method(plans.add_many)
-
-
-__all__ = ["Queue", "QueueMethods"]
+__all__ = ["QueueMethods"]

@@ -4,7 +4,7 @@ written once: every method's validation, the store call it makes and what it ret
 Each public method is a plan (a generator, as the store verbs of
 ``golemq_pg.store.postgres._plans`` are): it validates its arguments before anything else
 (bad input raises ``ValueError`` or ``QueuePayloadError`` and changes nothing), yields the
-:class:`~golemq_pg._queue_core.StoreCall` it needs and receives its result, then notifies
+:class:`~golemq_pg.queue.core.StoreCall` it needs and receives its result, then notifies
 observers and returns. ``Queue`` runs the calls on a synchronous store, ``AsyncQueue``
 awaits them on an ``AsyncPostgresStore``; nothing else differs.
 """
@@ -17,15 +17,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, overload
 
 from golemq_pg import _trace_hook
-from golemq_pg._queue_core import (
-    P,
-    QueueCore,
-    QueuePlan,
-    _InferPayloadLast,
-    call,
-    job_id_of,
-    required_scope,
-)
 from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
 from golemq_pg._types import (
     Duration,
@@ -36,19 +27,28 @@ from golemq_pg._types import (
     ScopeLike,
     Transition,
     WorkerSummary,
-    type_name,
 )
 from golemq_pg._validation import (
     check_aware,
     check_int,
+    check_job_id,
+    check_job_type,
     check_name,
     check_positive_int,
+    check_required_scope,
     check_scope,
     check_statuses,
     check_tags,
     encode_payload,
     encode_payloads,
     to_seconds,
+)
+from golemq_pg.queue.core import (
+    P,
+    QueueCore,
+    QueuePlan,
+    _InferPayloadLast,
+    call,
 )
 from golemq_pg.store.port import (
     EnqueueManyParams,
@@ -120,7 +120,7 @@ def add(
     for :meth:`find` (duplicates collapse); a replacing add replaces them with the
     payload.
     """
-    name = q._check_type(job_type)
+    name = check_job_type(job_type)
     scope_v = check_scope(scope)
     if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: add() needs a scope")
@@ -209,7 +209,7 @@ def add_many(
     Every payload is validated first: one bad payload rejects the whole call. ``tags``
     (as for :meth:`add`) go on every job.
     """
-    name = q._check_type(job_type)
+    name = check_job_type(job_type)
     scope_v = check_scope(scope)
     if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: add_many() needs a scope")
@@ -271,7 +271,7 @@ def schedule(
     :mod:`golemq_pg._schedule` for the cadence rules and what happens after downtime.
     """
     check_name(key, "schedule key")
-    name = q._check_type(job_type)
+    name = check_job_type(job_type)
     scope_v = check_scope(scope)
     if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: schedule() needs a scope")
@@ -330,7 +330,7 @@ def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
 
 def get(q: QueueCore[Any], job_id: str) -> QueuePlan[JobSummary | None]:
     """One job by id, or None."""
-    found: JobSummary | None = yield call("job_get", job_id_of(job_id))
+    found: JobSummary | None = yield call("job_get", check_job_id(job_id))
     return found
 
 
@@ -346,7 +346,7 @@ def wait(
     with a poll as the fallback; on PostgreSQL every waiting thread of a store shares one
     listening connection and holds no pooled connection while it waits.
     """
-    job = job_id_of(job_id)
+    job = check_job_id(job_id)
     seconds = None if timeout is None else to_seconds(timeout, "timeout")
     found: JobSummary = yield call("job_wait", job, seconds)
     return found
@@ -354,7 +354,7 @@ def wait(
 
 def find_for_scope(q: QueueCore[Any], scope: ScopeLike) -> QueuePlan[list[JobSummary]]:
     """Every job of ``scope`` (newest first)."""
-    scope_v = required_scope(scope)
+    scope_v = check_required_scope(scope)
     params = FindParams(scope_type=scope_v.type, scope_id=scope_v.id, limit=None)
     found: list[JobSummary] = yield call("job_find", params)
     return found
@@ -468,7 +468,7 @@ def _find_params(
         types = [types]
     type_names = None
     if types is not None:
-        type_names = [check_name(type_name(t), "job type") for t in types]
+        type_names = [check_job_type(t) for t in types]
     if scope_type is not None:
         check_name(scope_type, "scope_type")
     if scope_id is not None:

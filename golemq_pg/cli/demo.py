@@ -1,4 +1,6 @@
-"""``golemq-pg demo``: a real Worker draining a sample workload, with a live progress bar.
+"""``golemq-pg demo``: a real Worker draining a sample workload, with a live progress bar
+(the command, :func:`run_demo` that it runs, and :func:`build_worker`, the demo handlers
+docker-compose.yml's worker runs).
 
 The workload mixes fast no-ops, flaky handlers that fail and retry, slow handlers that
 report progress, and one type that always dead-letters with ``TerminalJobError``. Most jobs
@@ -8,15 +10,27 @@ busy measures the latency from enqueue to handler start.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import click
 import structlog
 
 from golemq_pg._types import JobStatus, Transition
+from golemq_pg.cli.base import (
+    DEMO_SCHEMA,
+    CliError,
+    db_options,
+    probe,
+    reset_logging,
+    resolve_dsn,
+    runtime_error,
+    settings,
+)
 from golemq_pg.errors import TerminalJobError
 
 log = structlog.get_logger("golemq_pg.demo")
@@ -117,7 +131,7 @@ def _register(worker: Any, tally: _Tally) -> None:
 
 def build_worker() -> Any:
     """A Worker with the demo handlers on ``$GOLEMQ_DSN`` (schema ``$GOLEMQ_SCHEMA`` or
-    ``golemq``), for ``golemq-pg worker golemq_pg._demo:build_worker`` (docker-compose.yml).
+    ``golemq``), for ``golemq-pg worker golemq_pg.cli.demo:build_worker`` (docker-compose.yml).
 
     Try it with ``golemq-pg enqueue demo.noop '{}'`` or ``demo.slow '{"steps": 5}'``.
     """
@@ -174,7 +188,7 @@ def _trickle(queue: Any, count: int, stop: threading.Event, sent: list[int]) -> 
 
 
 def run_demo(
-    dsn: str, *, schema: str = "golemq_demo", jobs: int = 3000, quiet: bool = False,
+    dsn: str, *, schema: str = DEMO_SCHEMA, jobs: int = 3000, quiet: bool = False,
     deadline: float = DEADLINE_SECONDS, console: Any = None,
 ) -> DemoResult:
     """Run the demo against ``dsn`` in ``schema`` (emptied first) and print a summary."""
@@ -297,3 +311,31 @@ def _summary(console: Any, result: DemoResult, bulk: int, enqueue_seconds: float
     table.add_row("latency p50 (add -> start)", ms(_percentile(result.latencies_ms, 0.50)))
     table.add_row("latency p99 (add -> start)", ms(_percentile(result.latencies_ms, 0.99)))
     console.print(table)
+
+
+@click.command()
+@db_options
+@click.option("--jobs", type=click.IntRange(min=1, max=1_000_000), default=3000,
+              show_default=True, help="How many jobs to enqueue.")
+@click.option("--quiet", is_flag=True, help="No progress bar; print the summary only.")
+def demo(jobs: int, quiet: bool) -> None:
+    """Run a real worker on a sample workload (its own schema, recreated each run)."""
+    ctx = click.get_current_context()
+    schema = settings(ctx).schema or DEMO_SCHEMA
+    if "demo" not in schema:
+        raise click.UsageError(
+            f"the demo drops and recreates its schema: pick one whose name contains 'demo', "
+            f"not {schema!r}"
+        )
+    dsn = resolve_dsn(ctx)
+    probe(dsn)
+    # The demo dead-letters on purpose: the worker's warnings about it would be noise here.
+    reset_logging(logging.ERROR)
+    try:
+        result = run_demo(dsn, schema=schema, jobs=jobs, quiet=quiet)
+    except (click.ClickException, click.exceptions.Exit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback
+        raise runtime_error(exc, schema) from None
+    if not result.complete:
+        raise CliError("the demo did not finish in time (see the summary above)")

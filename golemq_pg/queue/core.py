@@ -1,5 +1,5 @@
-"""What ``Queue`` and ``AsyncQueue`` share besides their plans (``_queue_plans``,
-``_queue_control``): the constructor's validation, the helpers the plans use, the store call
+"""What ``Queue`` and ``AsyncQueue`` share besides their plans (``queue.plans``,
+``queue.control``): the constructor's validation, the helpers the plans use, the store call
 a plan yields, and how one plan becomes a method of either class.
 
 A plan is a generator function ``plan(queue, *args, **kwargs)`` that yields
@@ -21,8 +21,8 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, ove
 import structlog
 
 from golemq_pg._stepping import drive, drive_async, start
-from golemq_pg._types import JobType, LifecycleObserver, Scope, ScopeLike, Transition
-from golemq_pg._validation import check_name, check_positive_int, check_scope
+from golemq_pg._types import LifecycleObserver, Transition
+from golemq_pg._validation import check_positive_int
 
 log = structlog.get_logger("golemq_pg.queue")
 
@@ -82,12 +82,6 @@ class QueueCore(Generic[S]):
                 raise ValueError("observers must have an on_transition(transition) method")
         self.observers = tuple(observers)
 
-    def _check_type(self, job_type: object) -> str:
-        """A job type's name (from a ``JobType`` or a string), validated."""
-        if isinstance(job_type, JobType):
-            return check_name(job_type.name, "job type")
-        return check_name(job_type, "job type")
-
     def _max_attempts(self, value: int | None) -> int:
         """``max_attempts`` as given, validated, or the queue's default."""
         if value is None:
@@ -123,27 +117,6 @@ class AsyncRunner(QueueCore[S]):
     asynchronous = True
 
 
-def check_job_id(job_id: object) -> str:
-    """A job id as ``add()`` returns it (the rule of every by-id method)."""
-    if isinstance(job_id, bool) or not isinstance(job_id, str | int):
-        raise ValueError("job_id must be a string")
-    text = str(job_id)
-    if not text.isdigit() or len(text) > 19:
-        raise ValueError("job_id must be a job id as returned by add()")
-    return text
-
-
-job_id_of = check_job_id
-
-
-def required_scope(scope: ScopeLike | None) -> Scope:
-    """A scope that must be given (cancel and find by scope)."""
-    scope_v = check_scope(scope)
-    if scope_v is None:
-        raise ValueError("a scope is required")
-    return scope_v
-
-
 def run_sync(store: Any, plan: QueuePlan[R]) -> R:
     """Drive ``plan`` with a synchronous store: each call made in turn."""
 
@@ -170,7 +143,7 @@ async def run_async(store: Any, plan: QueuePlan[R]) -> R:
 
 class QueueMethod(Generic[A, R]):
     """A plan as a method of both ``Queue`` (returns the value) and ``AsyncQueue`` (returns
-    a coroutine of it): declared once, in ``golemq_pg.queue.QueueMethods``."""
+    a coroutine of it): declared once, in ``golemq_pg.queue.methods.QueueMethods``."""
 
     def __init__(self, plan: Callable[Concatenate[Any, A], QueuePlan[R]]) -> None:
         self.plan = plan

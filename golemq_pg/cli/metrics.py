@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from golemq_pg._worker_processes import load_worker, run_processes, run_worker
+from golemq_pg.cli.processes import load_worker, run_processes, run_worker
 from golemq_pg.metrics import MetricsServeError, MetricsServer
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -1,6 +1,7 @@
-"""What ``golemq-pg workers`` and ``golemq-pg show`` print: rows as JSON-ready data, and
-their rich renderables. Pure functions of the values the Queue returns (no I/O); no payload
-appears here unless the caller passes one in (``show --payload``)."""
+"""What ``golemq-pg workers``, ``show`` and the paused lines of ``stats`` and ``failed``
+print: rows as JSON-ready data, and their rich renderables. Pure functions of the values the
+Queue returns (no I/O); no payload appears here unless the caller passes one in
+(``show --payload``)."""
 
 from __future__ import annotations
 
@@ -120,4 +121,31 @@ def render_job(detail: dict[str, Any]) -> Any:
     return Group(*parts)
 
 
-__all__ = ["job_detail", "render_job", "render_workers", "worker_row"]
+def paused_json(paused: dict[str, Any]) -> dict[str, dict[str, str | None]]:
+    """The paused types (``PausedType`` by name) as JSON-ready data (``stats --json``)."""
+    return {
+        name: {"paused_at": p.paused_at.isoformat(timespec="seconds"), "reason": p.reason}
+        for name, p in sorted(paused.items())
+    }
+
+
+def paused_lines(paused: dict[str, dict[str, str | None]]) -> list[Any]:
+    """One line per paused type (:func:`paused_json` data) for the ``stats`` and ``failed``
+    output, as rich Text: a reason is shown as written, never read as markup."""
+    from rich.text import Text  # noqa: PLC0415
+
+    return [
+        Text(f"paused: {name} since {p['paused_at']}"
+             + (f" ({p['reason']})" if p["reason"] else ""))
+        for name, p in paused.items()
+    ]
+
+
+__all__ = [
+    "job_detail",
+    "paused_json",
+    "paused_lines",
+    "render_job",
+    "render_workers",
+    "worker_row",
+]

@@ -1,8 +1,8 @@
 """Control of jobs and of types: the plans of the cancel methods, ``pause``, ``resume``,
 ``paused``, ``retry`` and ``run_now``, methods of :class:`golemq_pg.Queue` and
-:class:`golemq_pg.AsyncQueue` (see ``_queue_core``).
+:class:`golemq_pg.AsyncQueue` (see ``queue.core``).
 
-Kept apart from ``_queue_plans`` so each stays readable. Every argument is validated before
+Kept apart from ``queue.plans`` so each stays readable. Every argument is validated before
 the store is called; bad input raises ``ValueError`` and changes nothing.
 """
 
@@ -12,21 +12,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from golemq_pg import _local
-from golemq_pg._queue_core import QueueCore, QueuePlan, call, check_job_id, required_scope
 from golemq_pg._types import JobType, PausedType, ScopeLike, Transition
-from golemq_pg._validation import check_name
+from golemq_pg._validation import (
+    check_job_id,
+    check_job_type,
+    check_name,
+    check_pause_reason,
+    check_required_scope,
+)
+from golemq_pg.queue.core import QueueCore, QueuePlan, call
 from golemq_pg.store.port import CancelFilter, CancelledJob
 
-#: The longest pause reason accepted (the ``paused_types.reason`` column's bound).
-MAX_PAUSE_REASON = 1000
-
 __all__ = [
-    "MAX_PAUSE_REASON",
     "cancel",
     "cancel_by_dedupe_keys",
     "cancel_for_scope",
     "cancel_pending_for_scope",
-    "check_job_id",
     "pause",
     "paused",
     "resume",
@@ -44,21 +45,14 @@ def pause(
     count as not due for ``run_until_empty``. Pausing a paused type replaces its reason.
     ``reason``: at most 1000 characters, shown by ``paused()`` and the CLI.
     """
-    name = q._check_type(job_type)
-    if reason is not None:
-        if not isinstance(reason, str):
-            raise ValueError(f"reason must be a string, got {type(reason).__name__}")
-        if len(reason) > MAX_PAUSE_REASON:
-            raise ValueError(f"reason must be at most {MAX_PAUSE_REASON} characters")
-        if "\x00" in reason:
-            raise ValueError("reason must not contain NUL characters")
-    yield call("type_pause", name, reason)
+    name = check_job_type(job_type)
+    yield call("type_pause", name, check_pause_reason(reason))
 
 
 def resume(q: QueueCore[Any], job_type: str | JobType[Any]) -> QueuePlan[bool]:
     """Let workers claim ``job_type`` again; idle workers are woken at once (a
     notification), not at their next poll. False when the type was not paused."""
-    return bool((yield call("type_resume", q._check_type(job_type))))
+    return bool((yield call("type_resume", check_job_type(job_type))))
 
 
 def paused(q: QueueCore[Any]) -> QueuePlan[dict[str, PausedType]]:
@@ -88,7 +82,7 @@ def cancel_for_scope(
     q: QueueCore[Any], scope: ScopeLike, *, reason: str | None = None
 ) -> QueuePlan[int]:
     """Drop queued jobs of ``scope`` and abort its running ones; returns how many."""
-    scope_v = required_scope(scope)
+    scope_v = check_required_scope(scope)
     return (yield from _cancel(q, CancelFilter(scope=scope_v), reason))
 
 
@@ -96,7 +90,7 @@ def cancel_pending_for_scope(
     q: QueueCore[Any], scope: ScopeLike, *, reason: str | None = None
 ) -> QueuePlan[int]:
     """Drop queued jobs of ``scope``, leaving running work alone; returns how many."""
-    scope_v = required_scope(scope)
+    scope_v = check_required_scope(scope)
     return (yield from _cancel(q, CancelFilter(scope=scope_v, pending_only=True), reason))
 
 
@@ -108,7 +102,7 @@ def cancel_by_dedupe_keys(
     reason: str | None = None,
 ) -> QueuePlan[int]:
     """Cancel live jobs of ``job_type`` with any of ``keys``; returns how many."""
-    name = q._check_type(job_type)
+    name = check_job_type(job_type)
     if isinstance(keys, str):
         raise ValueError("keys must be an iterable of dedupe keys, not a single string")
     key_list = [check_name(k, "dedupe_key") for k in keys]

@@ -1,8 +1,8 @@
 """``AsyncQueue``: the ``Queue`` API for asyncio applications, every method a coroutine.
 
 Same methods, arguments, validation, errors and return values as :class:`golemq_pg.Queue`:
-both run the same plans (``golemq_pg._queue_plans``), declared once in
-:class:`golemq_pg.queue.QueueMethods`; here each store call is awaited on an
+both run the same plans (``golemq_pg.queue.plans``), declared once in
+:class:`golemq_pg.queue.methods.QueueMethods`; here each store call is awaited on an
 :class:`~golemq_pg.AsyncPostgresStore`. ``connection=`` on ``add`` / ``add_many`` takes a
 ``psycopg.AsyncConnection``: the job commits (or rolls back) with the caller's transaction.
 An ``AsyncQueue`` over a synchronous store (an ``InMemoryStore`` in tests) runs each store
@@ -11,9 +11,9 @@ call in a worker thread.
 
 from __future__ import annotations
 
-from golemq_pg import _queue_plans as plans
-from golemq_pg._queue_core import AsyncRunner, async_method
-from golemq_pg.queue import QueueMethods
+from golemq_pg.queue import plans
+from golemq_pg.queue.core import AsyncRunner, async_method
+from golemq_pg.queue.methods import QueueMethods
 from golemq_pg.store.port import JobStore
 from golemq_pg.store.postgres import AsyncPostgresStore
 

@@ -1,0 +1,99 @@
+"""The ``golemq-pg`` commands that control single jobs and types: ``retry ID``,
+``run-now ID``, ``cancel ID``, ``pause TYPE [--reason R]``, ``resume TYPE``.
+
+The argument is checked before connecting (bad input: one line, exit 2); a job not in the
+state the command needs changes nothing and exits 1 with one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from golemq_pg._errortext import error_text
+from golemq_pg._validation import check_job_type, check_pause_reason
+from golemq_pg.cli.base import CliError, db_options, job_id_argument, open_store
+
+
+class NotChanged(CliError):  # noqa: N818 - named after what happened
+    """The job is not in the state the command needs: one line, exit code 1."""
+
+
+def _type_and_reason(job_type: str, reason: str | None = None) -> str:
+    try:
+        check_pause_reason(reason)
+        return check_job_type(job_type)
+    except ValueError as exc:
+        raise click.UsageError(error_text(exc)) from None
+
+
+def _queue(store: Any) -> Any:
+    from golemq_pg.queue import Queue  # noqa: PLC0415 - imported when a command runs
+
+    return Queue(store)
+
+
+def _one_job(job_id: str, act: Callable[[Any, str], bool], refused: str, done: str) -> None:
+    """retry / run-now / cancel: one fenced verb on one job; "{id}" in the texts."""
+    checked = job_id_argument(job_id)
+    with open_store(click.get_current_context()) as store:
+        changed = act(_queue(store), checked)
+    if not changed:
+        raise NotChanged(refused.format(id=checked))
+    click.echo(done.format(id=checked))
+
+
+@click.command("retry")
+@db_options
+@click.argument("job_id", metavar="ID")
+def retry(job_id: str) -> None:
+    """Move one dead letter (FAILED) back to PENDING, due now, attempts reset."""
+    _one_job(job_id, lambda queue, job: queue.retry(job),
+             "not retried: job {id} is not FAILED (or does not exist)",
+             "job {id} moved back to pending")
+
+
+@click.command("run-now")
+@db_options
+@click.argument("job_id", metavar="ID")
+def run_now(job_id: str) -> None:
+    """Make one PENDING job parked in the future (scheduled, backoff) due now."""
+    _one_job(job_id, lambda queue, job: queue.run_now(job),
+             "not changed: job {id} is not pending with a future run time (already due, "
+             "running, finished or unknown)",
+             "job {id} is due now")
+
+
+@click.command("cancel")
+@db_options
+@click.argument("job_id", metavar="ID")
+def cancel(job_id: str) -> None:
+    """Cancel one pending or running job (a running handler is aborted)."""
+    _one_job(job_id, lambda queue, job: queue.cancel(job),
+             "not cancelled: job {id} is not pending or running",
+             "job {id} cancelled")
+
+
+@click.command("pause")
+@db_options
+@click.argument("job_type", metavar="TYPE")
+@click.option("--reason", default=None, help="Why (shown by stats and failed).")
+def pause(job_type: str, reason: str | None) -> None:
+    """Stop every worker from claiming TYPE until resumed (running jobs finish)."""
+    name = _type_and_reason(job_type, reason)
+    with open_store(click.get_current_context()) as store:
+        _queue(store).pause(name, reason=reason)
+    click.echo(f"paused {name}")
+
+
+@click.command("resume")
+@db_options
+@click.argument("job_type", metavar="TYPE")
+def resume(job_type: str) -> None:
+    """Let workers claim TYPE again (idle workers are woken at once)."""
+    name = _type_and_reason(job_type)
+    with open_store(click.get_current_context()) as store:
+        was_paused = _queue(store).resume(name)
+    click.echo(f"resumed {name}" if was_paused else f"{name} was not paused")
