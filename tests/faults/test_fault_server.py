@@ -1,14 +1,17 @@
 """Scenarios 7 and 8 of docs/RELIABILITY.md: the PostgreSQL server restarts under load, and is
 down for a while.
 
-These control the server, so they run only when the test DSN is the local cluster and the
-suite may drive ``pg_ctlcluster`` (root on a Debian-style install); otherwise they skip and
-say why (a remote ``GOLEMQ_TEST_DSN``, no pg_ctlcluster, ...). Every other connection to the
-server is cut too, so keep the downtime short: scenario 8's outage is
-``$GOLEMQ_FAULTS_DOWNTIME`` seconds (default 6; docs/RELIABILITY.md's 60 s for the full run). The
-server is always started again, whatever happens.
+These restart and stop the server, so they run on a throwaway cluster the suite makes for
+this module (``throwaway_cluster``, tests/plugins/clusters.py: initdb into a temporary
+directory, a free port of 127.0.0.1), never on the server ``pg_dsn`` names, whose other
+clients an outage would cut. Their workers, producers, ledger and checks all use the
+cluster's DSN (``cluster_fault_env``). Where no cluster can be made (no PostgreSQL server
+programs on the machine, or ``GOLEMQ_FAULTS_NO_SERVER_CONTROL`` set) they skip and say why.
+Scenario 8's outage is ``$GOLEMQ_FAULTS_DOWNTIME`` seconds (default 6, to keep the default
+run short; docs/RELIABILITY.md's 60 s for the full run). The cluster is always started
+again, whatever happens.
 
-Scenario 8 also runs against a TCP proxy in front of the server (no server control needed,
+Scenario 8 also runs against a TCP proxy in front of the suite's server (no server control,
 nobody else disturbed): the workers' outage lasts ``$GOLEMQ_FAULTS_PROXY_DOWNTIME`` seconds
 (default 20). That is where an outage longer than a few seconds showed its cost: the
 connection pool's doubling reconnect delay left workers idle for many seconds after the
@@ -18,7 +21,6 @@ database was back.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -27,20 +29,11 @@ from golemq_pg import PostgresStore, Queue
 from tests.support.fault_env import FaultEnv
 from tests.support.fault_report import env_seconds, report
 from tests.support.outage_proxy import OutageProxy
-from tests.support.server_control import ServerControl
+from tests.support.server_control import ThrowawayCluster, server_started_at
 from tests.support.waiting import wait_until
 from tests.support.workers import WorkerProc, type_spec
 
 pytestmark = pytest.mark.faults
-
-
-@pytest.fixture
-def server(pg_dsn: str) -> Iterator[ServerControl]:
-    control = ServerControl.for_dsn(pg_dsn)
-    try:
-        yield control
-    finally:
-        control.ensure_running()
 
 
 def _succeeded(env: FaultEnv) -> int:
@@ -69,9 +62,9 @@ def _warnings(logs: list[dict[str, object]]) -> int:
 
 
 def test_s07_postgres_restart_immediate_under_load(
-    fault_env: FaultEnv, server: ServerControl
+    cluster_fault_env: FaultEnv, throwaway_cluster: ThrowawayCluster
 ) -> None:
-    env = fault_env
+    env, server = cluster_fault_env, throwaway_cluster
     total = 3000
     env.queue.add_many("load", [{"n": n, "sleep": 0.01} for n in range(total)])
     procs = [env.spawn(f"w{i}", [type_spec("load", concurrency=4)],
@@ -79,12 +72,15 @@ def test_s07_postgres_restart_immediate_under_load(
     wait_until(lambda: _succeeded(env) >= 600, timeout=60)
     pids = [p.pid for p in procs]
     before = [_warnings(p.logs()) for p in procs]
+    started_at = server_started_at(server.dsn)
     restarted = time.monotonic()
     try:
         server.restart_immediate()
     finally:
         server.ensure_running()
     up = time.monotonic()
+    # The measure test_fault_zz_server_untouched.py relies on sees the restart.
+    assert server_started_at(server.dsn) > started_at
     at_restart = _succeeded(env)
     wait_until(lambda: _succeeded(env) > at_restart + 50, timeout=60, interval=0.05,
                what="completions resumed")
@@ -104,9 +100,9 @@ def test_s07_postgres_restart_immediate_under_load(
 
 
 def test_s08_postgres_down_for_a_while_then_back(
-    fault_env: FaultEnv, server: ServerControl
+    cluster_fault_env: FaultEnv, throwaway_cluster: ThrowawayCluster
 ) -> None:
-    env = fault_env
+    env, server = cluster_fault_env, throwaway_cluster
     downtime = env_seconds("GOLEMQ_FAULTS_DOWNTIME", 6.0)
     procs = [env.spawn(f"w{i}", [type_spec("work", concurrency=4)],
                      worker={"poll_interval": 0.5, "lease_grace": 30}) for i in range(2)]

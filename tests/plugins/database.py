@@ -15,11 +15,17 @@ from tests.support.schemas import fresh_schema
 LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
+def suite_dsn() -> str:
+    """The DSN of the PostgreSQL the suite runs against (the users' plugin's rule, with the
+    local ``test`` database as the local server): ``$GOLEMQ_TEST_DSN``, else LOCAL_DSN if it
+    answers, else the embedded server (started if need be)."""
+    return find_dsn(local=(LOCAL_DSN,))
+
+
 @pytest.fixture(scope="session")
 def pg_dsn() -> str:
-    """The DSN of the PostgreSQL the suite runs against (the users' plugin's rule, with the
-    local ``test`` database as the local server)."""
-    return find_dsn(local=(LOCAL_DSN,))
+    """The DSN of the PostgreSQL the suite runs against (:func:`suite_dsn`)."""
+    return suite_dsn()
 
 
 @pytest.fixture

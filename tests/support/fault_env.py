@@ -8,9 +8,9 @@ tests/plugins/faults.py).
   backends;
 * :meth:`FaultEnv.check_invariants`: docs/RELIABILITY.md's I1-I5 in SQL, plus the ledger.
 
-Around it, in their own modules: tests/support/server_control.py (restart / stop / start
-the local cluster), tests/support/outage_proxy.py (an outage for this test's workers only),
-tests/support/fault_report.py (a scenario's measurements).
+Around it, in their own modules: tests/support/server_control.py (a throwaway cluster of
+the suite's own, to restart / stop / start), tests/support/outage_proxy.py (an outage for
+this test's workers only), tests/support/fault_report.py (a scenario's measurements).
 
 The ledger (``effects``): one row per handler run, ``(job_id, attempt, token, worker, pid)``
 written when the handler starts (``token`` is the lease token the row carried at that

