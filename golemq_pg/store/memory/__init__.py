@@ -9,7 +9,10 @@ surface, and every module inside it is private (``_name``):
 * ``_claim``: the claim, sequenced like the PostgreSQL one;
 * ``_admin``: inspection and administration over the jobs table (stats, cancel, revive,
   prune);
-* ``_schedules``: recurring schedules.
+* ``_schedules``: recurring schedules;
+* ``_control``: pause / resume a type, retry or run one job now; ``_workers``: the worker
+  registry; ``_dashboard`` and ``_metrics``: the dashboard's and the metrics collector's
+  reads; ``_waiting``: ``job_wait`` (a condition variable on the store's lock).
 """
 
 from golemq_pg.store.memory._store import Clock, InMemoryStore

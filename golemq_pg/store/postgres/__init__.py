@@ -10,6 +10,11 @@ surface, and every module inside it is private (``_name``):
   producer and inspection verbs as plans;
 * ``_connections``: the pool it owns or wraps, and the per-verb connection helpers;
 * ``_cancel`` and ``_schedules``: the cancel verb and the schedule verbs;
+* ``_control``: pause / resume a type, retry or run one job now; ``_registry``: the worker
+  registry; ``_dashboard`` and ``_metrics``: the dashboard's and the metrics collector's
+  bounded reads;
+* ``_waiters`` / ``_async_waiters``: ``job_wait`` for threads / asyncio tasks, each store's
+  waiters sharing one LISTEN connection;
 * ``_claim``: the claim (fast path and guarded path);
 * ``_rows``: rows and parameters <-> the port's value types;
 * ``_sql``: loading ``sql/queries`` and composing it per schema;
