@@ -2,7 +2,7 @@
 start the server (S7, S8): :class:`ThrowawayCluster` (fixture ``throwaway_cluster`` in
 tests/plugins/clusters.py). The suite never does that to a server it did not start: the
 local cluster and the embedded server have other clients (the user's own demo, psql, a
-benchmark), and ``pg_ctl restart -m immediate`` cuts every one of them.
+benchmark), and an immediate restart of such a server cuts every one of them.
 
 The cluster is made with the server programs found on the machine (:func:`server_programs`:
 ``pg_config --bindir``, ``initdb`` on the PATH, Debian's ``/usr/lib/postgresql/*/bin``, else
@@ -171,11 +171,11 @@ class ThrowawayCluster:
 
     # -- control ---------------------------------------------------------------------------
     def restart_immediate(self) -> None:
-        """``pg_ctl restart -m immediate``: every backend killed, crash recovery at start."""
+        """Restart this throwaway cluster ``-m immediate``: every backend killed, crash recovery."""
         self._ctl("restart", "-m", "immediate")
 
     def stop(self, mode: str = "fast") -> None:
-        """``pg_ctl stop``: ``fast`` (S8's outage) disconnects every client first."""
+        """Stop this throwaway cluster: ``fast`` (S8's outage) disconnects every client first."""
         self._ctl("stop", "-m", mode)
 
     def start(self) -> None:

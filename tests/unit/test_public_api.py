@@ -1,6 +1,7 @@
-"""The public import surface: every name the API contract (../shared/docs/API.md) documents in
-its sections that exist today imports from where the contract says. A move inside the
-package must leave these lines working; each later feature adds its names here."""
+"""The public import surface: every name the public API contract (shared with the team,
+outside this repository) documents in its sections that exist today imports from where the
+contract says. A move inside the package must leave these lines working; each later feature
+adds its names here."""
 
 from __future__ import annotations
 
