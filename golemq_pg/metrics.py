@@ -46,8 +46,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.utils import floatToGoString
 
-from golemq_pg._types import Transition
-from golemq_pg.store.port import ClaimedJob, JobStore
+from golemq_pg._types import Transition, WorkerSummary
+from golemq_pg.store.port import ClaimedJob, JobStore, TypeGauges
 
 log = structlog.get_logger("golemq_pg.metrics")
 
@@ -421,7 +421,28 @@ class QueueCollector:
             workers = self.store.worker_list()
         except Exception as exc:  # noqa: BLE001 - a failed read must not fail the scrape
             log.warning("metrics_collect_failed", error_type=type(exc).__name__)
-            return
+            return []
+        return GaugeSnapshot(types, workers, self.count_cap).collect()
+
+
+class GaugeSnapshot:
+    """The queue's gauges from values already read (``metrics_type_gauges`` and
+    ``worker_list``): what :class:`QueueCollector` exports, for a caller that read them
+    itself (the dashboard's ``/metrics`` over an ``AsyncPostgresStore`` awaits them)."""
+
+    def __init__(
+        self, types: Sequence[TypeGauges], workers: Sequence[WorkerSummary], count_cap: int
+    ) -> None:
+        self.types = tuple(types)
+        self.workers = tuple(workers)
+        self.count_cap = count_cap
+
+    def describe(self) -> list[Metric]:
+        """Nothing (as :meth:`QueueCollector.describe`)."""
+        return []
+
+    def collect(self) -> list[Metric]:
+        """The four gauge families."""
         jobs = GaugeMetricFamily(
             "golemq_jobs",
             f"Jobs by type and status (pending: due now; scheduled: due later; each count "
@@ -436,20 +457,18 @@ class QueueCollector:
         paused = GaugeMetricFamily(
             "golemq_paused", "1 while the job type is paused, else 0.", labels=("type",),
         )
-        for g in types:
+        for g in self.types:
             for status, count in zip(
                 STATUSES, (g.pending, g.scheduled, g.running, g.failed), strict=True
             ):
                 jobs.add_metric((g.type, status), count)
             oldest.add_metric((g.type,), g.oldest_due_age or 0.0)
             paused.add_metric((g.type,), 1.0 if g.paused else 0.0)
-        yield jobs
-        yield oldest
-        yield GaugeMetricFamily(
+        workers = GaugeMetricFamily(
             "golemq_workers", "Registered workers whose heartbeat is fresh (not lost).",
-            value=sum(1 for w in workers if w.state != "lost"),
+            value=sum(1 for w in self.workers if w.state != "lost"),
         )
-        yield paused
+        return [jobs, oldest, workers, paused]
 
 
 class Exposition:
@@ -543,6 +562,7 @@ __all__ = [
     "COUNT_CAP",
     "STATUSES",
     "Exposition",
+    "GaugeSnapshot",
     "MetricsServeError",
     "MetricsServer",
     "PrometheusObserver",

@@ -20,7 +20,8 @@ from golemq_pg._validation import (
     check_pause_reason,
     check_required_scope,
 )
-from golemq_pg.queue.core import QueueCore, QueuePlan, call
+from golemq_pg.queue.core import QueueCore, QueuePlan
+from golemq_pg.store import calls
 from golemq_pg.store.port import CancelFilter, CancelledJob
 
 __all__ = [
@@ -46,18 +47,18 @@ def pause(
     ``reason``: at most 1000 characters, shown by ``paused()`` and the CLI.
     """
     name = check_job_type(job_type)
-    yield call("type_pause", name, check_pause_reason(reason))
+    yield from calls.type_pause(name, check_pause_reason(reason))
 
 
 def resume(q: QueueCore[Any], job_type: str | JobType[Any]) -> QueuePlan[bool]:
     """Let workers claim ``job_type`` again; idle workers are woken at once (a
     notification), not at their next poll. False when the type was not paused."""
-    return bool((yield call("type_resume", check_job_type(job_type))))
+    return bool((yield from calls.type_resume(check_job_type(job_type))))
 
 
 def paused(q: QueueCore[Any]) -> QueuePlan[dict[str, PausedType]]:
     """Every paused type, by name: ``PausedType(type, paused_at, reason)``."""
-    found: dict[str, PausedType] = yield call("type_paused")
+    found: dict[str, PausedType] = yield from calls.type_paused()
     return found
 
 
@@ -66,13 +67,13 @@ def retry(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
     ``last_error`` cleared (the attempt history is kept). False, and nothing changed,
     when the job is not FAILED (or unknown, or keyed while a PENDING job holds its key).
     """
-    return bool((yield call("job_retry", check_job_id(job_id))))
+    return bool((yield from calls.job_retry(check_job_id(job_id))))
 
 
 def run_now(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
     """Make one PENDING job parked in the future (scheduled, retry backoff) due now.
     False, and nothing changed, when it is already due, running, finished or unknown."""
-    return bool((yield call("job_run_now", check_job_id(job_id))))
+    return bool((yield from calls.job_run_now(check_job_id(job_id))))
 
 
 # -- cancellation ------------------------------------------------------------------------
@@ -120,7 +121,7 @@ def _cancel(q: QueueCore[Any], selector: CancelFilter, reason: str | None) -> Qu
     if reason is not None and not isinstance(reason, str):
         raise ValueError("reason must be a string")
     reason = (reason or "cancelled")[:500]
-    cancelled: list[CancelledJob] = yield call("job_cancel", selector, reason)
+    cancelled: list[CancelledJob] = yield from calls.job_cancel(selector, reason)
     running = [c.id for c in cancelled if c.was_running]
     if running:
         _local.abort(q.store, running, reason)

@@ -1,9 +1,10 @@
 """What ``Queue`` and ``AsyncQueue`` share besides their plans (``queue.plans``,
-``queue.control``): the constructor's validation, the helpers the plans use, the store call
-a plan yields, and how one plan becomes a method of either class.
+``queue.control``): the constructor's validation, the helpers the plans use, the two drivers
+of a plan's store calls, and how one plan becomes a method of either class.
 
-A plan is a generator function ``plan(queue, *args, **kwargs)`` that yields
-:class:`StoreCall` objects, receives each call's result and returns the method's value.
+A plan is a generator function ``plan(queue, *args, **kwargs)`` that delegates to typed
+store calls (``yield from calls.job_get(job_id)``, see :mod:`golemq_pg.store.calls`),
+receives each call's result and returns the method's value.
 :class:`QueueMethod` turns a plan into a method of both classes at once (``Queue``: the value;
 ``AsyncQueue``: a coroutine of it), so a method is declared once; only ``add`` and
 ``add_many``, whose overloads a descriptor cannot carry, are declared per class, by
@@ -12,7 +13,6 @@ A plan is a generator function ``plan(queue, *args, **kwargs)`` that yields
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import types
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
@@ -23,6 +23,9 @@ import structlog
 from golemq_pg._stepping import drive, drive_async, start
 from golemq_pg._types import LifecycleObserver, Transition
 from golemq_pg._validation import check_positive_int
+from golemq_pg.store import calls
+from golemq_pg.store.calls import AnyStore, StoreCall
+from golemq_pg.store.port import JobStore
 
 log = structlog.get_logger("golemq_pg.queue")
 
@@ -44,24 +47,8 @@ class _InferPayloadLast(TypedDict, Generic[_T]):
     golemq_typing_aid_only: Callable[[], _T]
 
 
-class StoreCall:
-    """One call of a store verb, as a plan yields it: ``verb(*args, **kwargs)``."""
-
-    __slots__ = ("args", "kwargs", "verb")
-
-    def __init__(self, verb: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.verb = verb
-        self.args = args
-        self.kwargs = kwargs
-
-
-def call(verb: str, *args: Any, **kwargs: Any) -> StoreCall:
-    """The :class:`StoreCall` of ``store.verb(*args, **kwargs)``."""
-    return StoreCall(verb, args, kwargs)
-
-
 #: A plan's type: yields store calls, receives their results, returns ``R``.
-QueuePlan = Generator[StoreCall, Any, R]
+QueuePlan = Generator[StoreCall[Any], Any, R]
 
 
 class QueueCore(Generic[S]):
@@ -117,27 +104,18 @@ class AsyncRunner(QueueCore[S]):
     asynchronous = True
 
 
-def run_sync(store: Any, plan: QueuePlan[R]) -> R:
+def run_sync(store: JobStore, plan: QueuePlan[R]) -> R:
     """Drive ``plan`` with a synchronous store: each call made in turn."""
-
-    def execute(step: StoreCall) -> Any:
-        return getattr(store, step.verb)(*step.args, **step.kwargs)
-
-    value: R = drive(plan, execute, start(plan)).value
+    value: R = drive(plan, functools.partial(calls.run_sync, store), start(plan)).value
     return value
 
 
-async def run_async(store: Any, plan: QueuePlan[R]) -> R:
-    """Drive ``plan`` with an ``AsyncPostgresStore`` (its ``call``), or with a synchronous
-    store (an ``InMemoryStore`` in tests) whose verbs then run in a worker thread."""
-    direct = getattr(store, "call", None)
-
-    async def execute(step: StoreCall) -> Any:
-        if direct is not None:
-            return await direct(step.verb, *step.args, **step.kwargs)
-        return await asyncio.to_thread(getattr(store, step.verb), *step.args, **step.kwargs)
-
-    value: R = (await drive_async(plan, execute, start(plan))).value
+async def run_async(store: AnyStore, plan: QueuePlan[R]) -> R:
+    """Drive ``plan`` with an ``AsyncPostgresStore`` (each call awaited), or with a
+    synchronous store (an ``InMemoryStore`` in tests) whose verbs then run in a worker
+    thread."""
+    done = await drive_async(plan, functools.partial(calls.run_async, store), start(plan))
+    value: R = done.value
     return value
 
 

@@ -4,9 +4,10 @@ written once: every method's validation, the store call it makes and what it ret
 Each public method is a plan (a generator, as the store verbs of
 ``golemq_pg.store.postgres._plans`` are): it validates its arguments before anything else
 (bad input raises ``ValueError`` or ``QueuePayloadError`` and changes nothing), yields the
-:class:`~golemq_pg.queue.core.StoreCall` it needs and receives its result, then notifies
-observers and returns. ``Queue`` runs the calls on a synchronous store, ``AsyncQueue``
-awaits them on an ``AsyncPostgresStore``; nothing else differs.
+:class:`~golemq_pg.store.calls.StoreCall` it needs (``yield from calls.job_get(...)``) and
+receives its result, typed, then notifies observers and returns. ``Queue`` runs the calls
+on a synchronous store, ``AsyncQueue`` awaits them on an ``AsyncPostgresStore``; nothing
+else differs.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from golemq_pg.queue.core import (
     QueueCore,
     QueuePlan,
     _InferPayloadLast,
-    call,
 )
+from golemq_pg.store import calls
 from golemq_pg.store.port import (
     EnqueueManyParams,
     EnqueueParams,
@@ -148,11 +149,11 @@ def add(
     result: EnqueueResult
     tracer = _trace_hook.tracer
     if tracer is None:
-        result = yield call("job_enqueue", params, connection=connection)
+        result = yield from calls.job_enqueue(params, connection=connection)
     else:  # golemq_pg.tracing: a send span around the insert, its context stored
         with tracer.send(name) as span:
             params = dataclasses.replace(params, trace_context=span.carrier)
-            result = yield call("job_enqueue", params, connection=connection)
+            result = yield from calls.job_enqueue(params, connection=connection)
             span.sent(result.id)
     if result.id is not None and result.inserted and q.observers:
         q._notify(Transition(result.id, name, scope_v, "enqueued", 0))
@@ -235,11 +236,11 @@ def add_many(
     count: int
     tracer = _trace_hook.tracer
     if tracer is None:
-        count = yield call("job_enqueue_many", params, connection=connection)
+        count = yield from calls.job_enqueue_many(params, connection=connection)
         return count
     with tracer.send(name, len(encoded)) as span:  # one span and context for the call
         params = dataclasses.replace(params, trace_context=span.carrier)
-        count = yield call("job_enqueue_many", params, connection=connection)
+        count = yield from calls.job_enqueue_many(params, connection=connection)
     return count
 
 
@@ -287,7 +288,7 @@ def schedule(
     prio = check_int(priority, "priority")
     attempts = q._max_attempts(max_attempts)
     encoded = encode_payload(name, payload)
-    now = yield call("now")
+    now = yield from calls.now()
     first: datetime | None = start
     if cron is not None:
         check_cron(cron, timezone, now)
@@ -295,9 +296,7 @@ def schedule(
         # is strictly after its argument, so a tick exactly at start_at counts).
         after = now if start is None or start <= now else start - _TICK
         first = next_cron_tick(cron, timezone, after)
-    yield call(
-        "schedule_upsert",
-        ScheduleParams(
+    yield from calls.schedule_upsert(ScheduleParams(
             key=key,
             type=name,
             payload=encoded,
@@ -315,13 +314,13 @@ def schedule(
 
 def unschedule(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
     """Remove a schedule; True when it existed. Jobs it already enqueued stay."""
-    found: bool = yield call("schedule_delete", check_name(key, "schedule key"))
+    found: bool = yield from calls.schedule_delete(check_name(key, "schedule key"))
     return found
 
 
 def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
     """Every declared schedule."""
-    found: list[ScheduleSummary] = yield call("schedule_list")
+    found: list[ScheduleSummary] = yield from calls.schedule_list()
     return found
 
 
@@ -330,7 +329,7 @@ def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
 
 def get(q: QueueCore[Any], job_id: str) -> QueuePlan[JobSummary | None]:
     """One job by id, or None."""
-    found: JobSummary | None = yield call("job_get", check_job_id(job_id))
+    found: JobSummary | None = yield from calls.job_get(check_job_id(job_id))
     return found
 
 
@@ -348,7 +347,7 @@ def wait(
     """
     job = check_job_id(job_id)
     seconds = None if timeout is None else to_seconds(timeout, "timeout")
-    found: JobSummary = yield call("job_wait", job, seconds)
+    found: JobSummary = yield from calls.job_wait(job, seconds)
     return found
 
 
@@ -356,7 +355,7 @@ def find_for_scope(q: QueueCore[Any], scope: ScopeLike) -> QueuePlan[list[JobSum
     """Every job of ``scope`` (newest first)."""
     scope_v = check_required_scope(scope)
     params = FindParams(scope_type=scope_v.type, scope_id=scope_v.id, limit=None)
-    found: list[JobSummary] = yield call("job_find", params)
+    found: list[JobSummary] = yield from calls.job_find(params)
     return found
 
 
@@ -377,26 +376,26 @@ def find(
     tags_v = check_tags(tags)
     if tags_v is not None:
         params = dataclasses.replace(params, tags=tags_v)
-    found: list[JobSummary] = yield call("job_find", params)
+    found: list[JobSummary] = yield from calls.job_find(params)
     return found
 
 
 def workers(q: QueueCore[Any]) -> QueuePlan[list[WorkerSummary]]:
     """Every registered worker (running, stopping, or lost: no heartbeat for three of its
     intervals), by id. A cleanly stopped worker is not listed."""
-    found: list[WorkerSummary] = yield call("worker_list")
+    found: list[WorkerSummary] = yield from calls.worker_list()
     return found
 
 
 def count_by_status(q: QueueCore[Any]) -> QueuePlan[dict[JobStatus, int]]:
     """How many jobs are in each status (every status present)."""
-    found: dict[JobStatus, int] = yield call("job_count_by_status")
+    found: dict[JobStatus, int] = yield from calls.job_count_by_status()
     return found
 
 
 def stats(q: QueueCore[Any]) -> QueuePlan[dict[str, int]]:
     """pending (due now), scheduled (future), running, succeeded, failed."""
-    found: dict[str, int] = yield call("job_stats")
+    found: dict[str, int] = yield from calls.job_stats()
     return found
 
 
@@ -413,7 +412,7 @@ def retry_failed(
     params = _find_params(
         types, [JobStatus.FAILED], scope_type, scope_id, limit, skip or 0, need_limit=False
     )
-    found: int = yield call("job_retry_failed", params)
+    found: int = yield from calls.job_retry_failed(params)
     return found
 
 
@@ -430,11 +429,13 @@ def prune(
     live = {JobStatus.PENDING, JobStatus.RUNNING} & set(chosen)
     if live:
         raise ValueError("prune only deletes finished jobs (succeeded, failed); use cancel")
+    before: datetime | None = None
+    age: float | None = None
     if isinstance(older_than, datetime):
-        cut: dict[str, Any] = {"before": check_aware(older_than, "older_than"), "age": None}
+        before = check_aware(older_than, "older_than")
     else:
-        cut = {"before": None, "age": to_seconds(older_than, "older_than")}
-    found: int = yield call("job_prune", chosen, **cut)
+        age = to_seconds(older_than, "older_than")
+    found: int = yield from calls.job_prune(chosen, before=before, age=age)
     return found
 
 

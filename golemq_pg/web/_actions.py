@@ -1,29 +1,30 @@
 """The dashboard's actions (POST routes): retry, run now, cancel, retry all matching, pause
 and resume a type. The guard (``_app.Guard``) has already refused read-only mode and
 cross-origin posts; each action validates its input (400 and nothing changed when bad),
-calls the ``Queue`` verb, and answers 303 back to the page it came from with a fixed notice.
-Retrying every dead letter of a group first answers a confirmation page."""
+awaits the ``AsyncQueue`` verb (over either kind of store), and answers 303 back to the
+page it came from with a fixed notice. Retrying every dead letter of a group first answers
+a confirmation page."""
 
 from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from golemq_pg._validation import check_job_id, check_name
-from golemq_pg.queue import Queue
-from golemq_pg.web._pages import bad_request
+from golemq_pg.queue import AsyncQueue
+from golemq_pg.store import calls
+from golemq_pg.web._pages import bad_request, read
 from golemq_pg.web._render import page
 
 #: The longest error text a bulk retry's form may carry (last_error is bounded far below).
 MAX_ERROR_FIELD = 10_000
 
 
-def _queue(request: Request) -> Queue:
-    queue: Queue = request.app.state.queue
+def _queue(request: Request) -> AsyncQueue:
+    queue: AsyncQueue = request.app.state.queue
     return queue
 
 
@@ -60,7 +61,7 @@ async def retry(request: Request) -> Response:
     job_id = _job_id(request)
     if job_id is None:
         return bad_request(request, "not a job id")
-    done = await run_in_threadpool(_queue(request).retry, job_id)
+    done = await _queue(request).retry(job_id)
     return back(request, f"/jobs/{job_id}", "retried" if done else "unchanged")
 
 
@@ -69,7 +70,7 @@ async def run_now(request: Request) -> Response:
     job_id = _job_id(request)
     if job_id is None:
         return bad_request(request, "not a job id")
-    done = await run_in_threadpool(_queue(request).run_now, job_id)
+    done = await _queue(request).run_now(job_id)
     return back(request, f"/jobs/{job_id}", "run-now" if done else "unchanged")
 
 
@@ -78,7 +79,7 @@ async def cancel(request: Request) -> Response:
     job_id = _job_id(request)
     if job_id is None:
         return bad_request(request, "not a job id")
-    done = await run_in_threadpool(_queue(request).cancel, job_id, reason="cancelled from web")
+    done = await _queue(request).cancel(job_id, reason="cancelled from web")
     if not done:
         return back(request, f"/jobs/{job_id}", "unchanged")
     # The job is gone once cancelled: to the jobs list rather than its 404 page.
@@ -103,16 +104,15 @@ async def retry_matching(request: Request) -> Response:
         error = _error_field(form)
     except ValueError as exc:
         return bad_request(request, str(exc))
-    store = request.app.state.store
     if form.get("confirm") != "yes":
-        letters = await run_in_threadpool(store.dashboard_dead_letters)
+        letters = await read(request, calls.dashboard_dead_letters())
         count = sum(g.count for g in letters.groups if g.type == job_type and g.error == error)
         return page(
             request,
             "confirm.html",
             {"type": job_type, "error": error, "count": count, "capped": letters.capped},
         )
-    await run_in_threadpool(store.dashboard_retry_dead_letters, job_type, error)
+    await read(request, calls.dashboard_retry_dead_letters(job_type, error))
     return RedirectResponse(_base(request) + "/failed?notice=retried-all", status_code=303)
 
 
@@ -123,7 +123,7 @@ async def pause(request: Request) -> Response:
     try:
         text = reason.strip() if isinstance(reason, str) and reason.strip() else None
         job_type = check_name(request.path_params["job_type"], "type")
-        await run_in_threadpool(_queue(request).pause, job_type, text)
+        await _queue(request).pause(job_type, text)
     except ValueError as exc:
         return bad_request(request, str(exc))
     return back(request, "/", "paused")
@@ -135,5 +135,5 @@ async def resume(request: Request) -> Response:
         job_type = check_name(request.path_params["job_type"], "type")
     except ValueError as exc:
         return bad_request(request, str(exc))
-    await run_in_threadpool(_queue(request).resume, job_type)
+    await _queue(request).resume(job_type)
     return back(request, "/", "resumed")

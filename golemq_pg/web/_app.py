@@ -29,8 +29,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golemq_pg._types import Resource
-from golemq_pg.queue import Queue
-from golemq_pg.store.port import JobStore
+from golemq_pg.queue import AsyncQueue
+from golemq_pg.store import calls
+from golemq_pg.store.calls import AnyStore
+from golemq_pg.store.dashboard import COUNT_CAP
 from golemq_pg.web import _actions, _pages
 
 #: Seconds /healthz waits for the database before answering 503.
@@ -50,7 +52,7 @@ _HEADERS = [
 
 
 def create_app(
-    store: JobStore,
+    store: AnyStore,
     *,
     read_only: bool = False,
     show_payloads: bool = False,
@@ -58,7 +60,9 @@ def create_app(
     title: str = "golemq-pg",
     resources: Mapping[str, Resource] | None = None,
 ) -> Starlette:
-    """The dashboard as an ASGI app over ``store`` (mount it: ``api.mount("/queue", app)``).
+    """The dashboard as an ASGI app over ``store`` (mount it: ``api.mount("/queue", app)``):
+    a ``PostgresStore`` or ``InMemoryStore`` (each read then runs in a worker thread) or an
+    ``AsyncPostgresStore`` (awaited on the app's event loop, no thread per read).
 
     ``read_only``: every action answers 403. ``show_payloads``: job pages show payloads
     (hidden otherwise). ``basic_auth``: ``(user, password)`` every request must carry.
@@ -94,7 +98,7 @@ def create_app(
         exception_handlers={404: _pages.not_found},
     )
     app.state.store = store
-    app.state.queue = Queue(store)
+    app.state.queue = AsyncQueue(store)
     app.state.read_only = bool(read_only)
     app.state.show_payloads = bool(show_payloads)
     app.state.title = title
@@ -189,9 +193,8 @@ def same_origin(scope: Scope, headers: Headers) -> bool:
 
 async def healthz(request: Request) -> JSONResponse:
     """200 ``{"status": "ok"}`` when the database answers within a few seconds, else 503."""
-    store: JobStore = request.app.state.store
     try:
-        now = await asyncio.wait_for(run_in_threadpool(store.now), HEALTH_TIMEOUT)
+        now = await asyncio.wait_for(_pages.read(request, calls.now()), HEALTH_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - any failure to answer is "unavailable"
         reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
         return JSONResponse({"status": "unavailable", "error": reason}, status_code=503)
@@ -206,6 +209,12 @@ async def metrics(request: Request) -> Response:
     except ImportError:
         return PlainTextResponse("metrics need the metrics extra", status_code=404)
     registry = client.CollectorRegistry(auto_describe=False)
-    registry.register(collectors.QueueCollector(request.app.state.store))
+    try:  # read here, so an async store is awaited; a failed read leaves the gauges out
+        gauges = await _pages.read(request, calls.metrics_type_gauges(COUNT_CAP))
+        workers = await _pages.read(request, calls.worker_list())
+    except Exception as exc:  # noqa: BLE001 - a failed read must not fail the scrape
+        collectors.log.warning("metrics_collect_failed", error_type=type(exc).__name__)
+    else:
+        registry.register(collectors.GaugeSnapshot(gauges, workers, COUNT_CAP))
     body: bytes = await run_in_threadpool(client.generate_latest, registry)
     return Response(body, media_type=client.CONTENT_TYPE_LATEST)

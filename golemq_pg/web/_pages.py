@@ -1,10 +1,10 @@
-"""The dashboard's pages (GET routes). Each reads through the store's port in a worker
-thread (the verbs block) and renders one template; bad query parameters get a 400 page
-that says which, and unknown jobs a 404."""
+"""The dashboard's pages (GET routes). Each reads through typed store calls
+(:mod:`golemq_pg.store.calls`): awaited on an ``AsyncPostgresStore``, in a worker thread on
+a synchronous store (its verbs block); then renders one template. Bad query parameters get
+a 400 page that says which, and unknown jobs a 404."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -14,8 +14,9 @@ from starlette.responses import HTMLResponse, Response
 
 from golemq_pg._types import JobStatus
 from golemq_pg._validation import check_job_id, check_name, check_status, check_tags
+from golemq_pg.store import calls
+from golemq_pg.store.calls import AnyStore, StoreCall
 from golemq_pg.store.dashboard import JobQuery
-from golemq_pg.store.port import JobStore
 from golemq_pg.web._render import chart, page
 
 T = TypeVar("T")
@@ -35,13 +36,10 @@ NOTICES = {
 }
 
 
-async def _read(request: Request, fn: Callable[..., T], *args: Any) -> T:
-    return await run_in_threadpool(fn, *args)
-
-
-def _store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
+async def read(request: Request, call: StoreCall[T]) -> T:
+    """Make one store call for a route: awaited, or in Starlette's thread pool."""
+    store: AnyStore = request.app.state.store
+    return await calls.run_async(store, call, run_in_threadpool)
 
 
 def _notice(request: Request) -> str | None:
@@ -62,19 +60,14 @@ async def not_found(request: Request, exc: Exception) -> Response:
 async def overview(request: Request) -> HTMLResponse:
     """Counts by status and type, backlog age, throughput, workers, paused types; with
     ``?fragment=live`` only the part the page's script refreshes."""
-    store = _store(request)
-
-    def read() -> dict[str, Any]:
-        view = store.dashboard_overview()
-        return {
-            "overview": view,
-            "chart": chart(store.dashboard_throughput(60)),
-            "workers": store.worker_list(),
-            "paused": store.type_paused(),
-            "statuses": list(JobStatus),
-        }
-
-    context = await _read(request, read)
+    minutes = await read(request, calls.dashboard_throughput(60))
+    context: dict[str, Any] = {
+        "overview": await read(request, calls.dashboard_overview()),
+        "chart": chart(minutes),
+        "workers": await read(request, calls.worker_list()),
+        "paused": await read(request, calls.type_paused()),
+        "statuses": list(JobStatus),
+    }
     context["notice"] = _notice(request)
     live = request.query_params.get("fragment") == "live"
     return page(request, "_live.html" if live else "overview.html", context)
@@ -110,7 +103,7 @@ async def jobs(request: Request) -> HTMLResponse:
         query = _job_query(request)
     except ValueError as exc:
         return bad_request(request, str(exc))
-    found = await _read(request, _store(request).dashboard_jobs, query)
+    found = await read(request, calls.dashboard_jobs(query))
     filters = {
         k: request.query_params.get(k, "")
         for k in ("type", "status", "scope_type", "scope_id", "tag", "id")
@@ -137,15 +130,14 @@ async def job(request: Request) -> HTMLResponse:
         job_id = check_job_id(request.path_params["job_id"])
     except ValueError:
         raise HTTPException(404, "no such job") from None
-    store = _store(request)
-    summary = await _read(request, store.job_get, job_id)
+    summary = await read(request, calls.job_get(job_id))
     if summary is None:
         raise HTTPException(404, f"no job {job_id} (never added, or cancelled or pruned)")
     payload = None
     if request.app.state.show_payloads:
-        raw = await _read(request, store.job_payload, job_id)
+        raw = await read(request, calls.job_payload(job_id))
         payload = None if raw is None else raw.decode("utf-8", "replace")
-    now = await _read(request, store.now)
+    now = await read(request, calls.now())
     return page(
         request,
         "job.html",
@@ -163,27 +155,22 @@ async def job(request: Request) -> HTMLResponse:
 
 async def failed(request: Request) -> HTMLResponse:
     """Dead letters grouped by (type, error), with retry one / retry all matching."""
-    letters = await _read(request, _store(request).dashboard_dead_letters)
+    letters = await read(request, calls.dashboard_dead_letters())
     return page(request, "failed.html", {"letters": letters, "notice": _notice(request)})
 
 
 async def schedules(request: Request) -> HTMLResponse:
     """Every recurring schedule with its next and last run."""
-    found = await _read(request, _store(request).schedule_list)
+    found = await read(request, calls.schedule_list())
     return page(request, "schedules.html", {"schedules": found})
 
 
 async def workers(request: Request) -> HTMLResponse:
     """The worker registry, paused types and the resource pools the database knows."""
-    store = _store(request)
-
-    def read() -> dict[str, Any]:
-        return {
-            "workers": store.worker_list(),
-            "pools": store.dashboard_pools(request.app.state.resources),
-            "paused": store.type_paused(),
-        }
-
-    context = await _read(request, read)
+    context: dict[str, Any] = {
+        "workers": await read(request, calls.worker_list()),
+        "pools": await read(request, calls.dashboard_pools(request.app.state.resources)),
+        "paused": await read(request, calls.type_paused()),
+    }
     context["notice"] = _notice(request)
     return page(request, "workers.html", context)

@@ -1,4 +1,6 @@
-"""Dashboard fixtures: the web app over the test's PostgresStore, driven through httpx."""
+"""Dashboard fixtures: the web app over the test's PostgresStore or over an
+AsyncPostgresStore of the same schema (``make_dashboard`` is parametrized: every route test
+runs on both), driven through httpx."""
 
 from __future__ import annotations
 
@@ -9,17 +11,30 @@ import pytest
 
 from golemq_pg import PostgresStore, Queue
 from golemq_pg.web import create_app
+from tests.support.async_bridge import LoopThread
 from tests.support.web_client import Dashboard
 
 
-@pytest.fixture
-def make_dashboard(pg_store: PostgresStore) -> Callable[..., Dashboard]:
-    """``make_dashboard(**create_app options)``: a client of a dashboard over ``pg_store``."""
+@pytest.fixture(params=["sync-store", "async-store"])
+def make_dashboard(
+    request: pytest.FixtureRequest, pg_store: PostgresStore
+) -> Callable[..., Dashboard]:
+    """``make_dashboard(**create_app options)``: a client of a dashboard over ``pg_store``,
+    or over an ``AsyncPostgresStore`` of its schema (then requests run on that store's event
+    loop: its pool belongs to it)."""
+    if request.param == "sync-store":
 
-    def make(**options: Any) -> Dashboard:
-        return Dashboard(create_app(pg_store, **options))
+        def make(**options: Any) -> Dashboard:
+            return Dashboard(create_app(pg_store, **options))
 
-    return make
+        return make
+    loop: LoopThread = request.getfixturevalue("loop_thread")
+    astore = request.getfixturevalue("async_pg_store")
+
+    def make_async(**options: Any) -> Dashboard:
+        return Dashboard(create_app(astore, **options), loop=loop)
+
+    return make_async
 
 
 @pytest.fixture

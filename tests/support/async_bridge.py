@@ -3,9 +3,9 @@ thin facades that send every call through the real async path.
 
 * :class:`LoopThread`: one event loop running in a daemon thread; ``run(coro)`` waits for
   a coroutine scheduled on it (from any thread).
-* :class:`AsyncPort`: the ``JobStore`` port whose producer verbs (every verb an
-  ``AsyncQueue`` calls) run on an ``AsyncPostgresStore`` (its ``call``: the plans on the
-  asyncio executor) and whose consumer verbs (claim, complete, leases, ...) run on a
+* :class:`AsyncPort`: the ``JobStore`` port whose producer and dashboard verbs (every
+  coroutine method of ``AsyncPostgresStore``: the plans on the asyncio executor) run on an
+  ``AsyncPostgresStore`` and whose consumer verbs (claim, complete, leases, ...) run on a
   ``PostgresStore`` of the same schema: the contract suite then checks the async verbs.
 * :class:`SyncFacade`: any ``AsyncQueue`` method called synchronously (``await`` on the loop).
 """
@@ -13,12 +13,12 @@ thin facades that send every call through the real async path.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from golemq_pg import AsyncPostgresStore, AsyncQueue, PostgresStore
-from golemq_pg.store.postgres._async_store import PLANS
 
 T = TypeVar("T")
 
@@ -51,10 +51,11 @@ class AsyncPort:
         self.sync = sync
 
     def __getattr__(self, name: str) -> Any:
-        if name in PLANS or name == "job_wait":
+        if inspect.iscoroutinefunction(getattr(AsyncPostgresStore, name, None)):
+            method = getattr(self.astore, name)
 
             def verb(*args: Any, **kwargs: Any) -> Any:
-                return self._loop.run(self.astore.call(name, *args, **kwargs))
+                return self._loop.run(method(*args, **kwargs))
 
             return verb
         return getattr(self.sync, name)

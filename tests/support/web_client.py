@@ -1,5 +1,6 @@
 """A synchronous client for the dashboard's ASGI app: every request goes through httpx's
-ASGI transport (no server, no socket), one event loop per request."""
+ASGI transport (no server, no socket), on a fresh event loop per request or on a given
+loop thread (an app over an ``AsyncPostgresStore`` must run on its store's loop)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.async_bridge import LoopThread
+
 #: The origin the client's requests come from (the app sees Host "dash.test").
 ORIGIN = "http://dash.test"
 
@@ -15,8 +18,9 @@ ORIGIN = "http://dash.test"
 class Dashboard:
     """``get`` / ``post`` against an ASGI app as a browser on ``ORIGIN`` would send them."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, loop: LoopThread | None = None) -> None:
         self.app = app
+        self.loop = loop
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One request; redirects are not followed (tests look at the 303)."""
@@ -26,6 +30,8 @@ class Dashboard:
             async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as client:
                 return await client.request(method, path, **kwargs)
 
+        if self.loop is not None:
+            return self.loop.run(send())
         return asyncio.run(send())
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:

@@ -2,9 +2,10 @@
 
 It owns a ``psycopg_pool.AsyncConnectionPool`` (``await AsyncPostgresStore.connect(dsn)``)
 or wraps the application's (``AsyncPostgresStore(pool)``), and runs the verbs an
-:class:`~golemq_pg.AsyncQueue` needs: the very plans ``PostgresStore`` runs (``_producer``,
-``_cancel``, ``_schedules``, ``_control``, ``_registry``), driven by the asyncio executor
-(``_run_async``) instead of the synchronous one. Nothing about a verb (statement, parameters,
+:class:`~golemq_pg.AsyncQueue` and the dashboard need, each a typed coroutine method: the
+very plans ``PostgresStore`` runs (``_producer``, ``_cancel``, ``_schedules``, ``_control``,
+``_registry``, ``_dashboard``, ``_metrics``), driven by the asyncio executor (``_run_async``)
+instead of the synchronous one. Nothing about a verb (statement, parameters,
 transaction, retries, decoding) is written here: only how its steps reach the database.
 
 Consumers (``Worker``) stay on ``PostgresStore``: the worker owns its threads and event loop.
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import psycopg
 import structlog
@@ -25,10 +27,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from golemq_pg._types import JobSummary
 from golemq_pg._validation import check_schema
-from golemq_pg.store.postgres import _cancel, _control, _registry, _schedules
+from golemq_pg.store.port import EnqueueManyParams, EnqueueParams, EnqueueResult
+from golemq_pg.store.postgres import _cancel, _control, _dashboard, _metrics, _registry, _schedules
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
+    Bindable,
     CheckoutEnd,
     ConnectionOptions,
     ConnectOptions,
@@ -38,38 +42,14 @@ from golemq_pg.store.postgres._connections import (
     pool_options,
 )
 from golemq_pg.store.postgres._migrations import migrate as _migrate
-from golemq_pg.store.postgres._plans import PlanContext, queue_identity
+from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._run_async import run_plan_async
 from golemq_pg.store.postgres._sql import queries_for
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
-#: The verbs an AsyncQueue calls, by their port name: each is the plan PostgresStore runs.
-PLANS: dict[str, Callable[..., Any]] = {
-    "job_enqueue": producer.job_enqueue,
-    "job_enqueue_many": producer.job_enqueue_many,
-    "job_get": producer.job_get,
-    "job_find": producer.job_find,
-    "job_payload": producer.job_payload,
-    "job_count_by_status": producer.job_count_by_status,
-    "job_stats": producer.job_stats,
-    "job_stats_by_type": producer.job_stats_by_type,
-    "job_oldest_due_age": producer.job_oldest_due_age,
-    "job_retry_failed": producer.job_retry_failed,
-    "job_prune": producer.job_prune,
-    "now": producer.now,
-    "job_cancel": _cancel.job_cancel,
-    "schedule_upsert": _schedules.schedule_upsert,
-    "schedule_delete": _schedules.schedule_delete,
-    "schedule_list": _schedules.schedule_list,
-    "type_pause": _control.type_pause,
-    "type_resume": _control.type_resume,
-    "type_paused": _control.type_paused,
-    "job_retry": _control.job_retry,
-    "job_run_now": _control.job_run_now,
-    "worker_list": _registry.worker_list,
-}
-
+P = ParamSpec("P")
+R = TypeVar("R")
 
 async def _keep_reconnecting(pool: AsyncConnectionPool[Any]) -> None:
     """``reconnect_failed``: start a fresh connection attempt (see ``_connections``)."""
@@ -78,8 +58,36 @@ async def _keep_reconnecting(pool: AsyncConnectionPool[Any]) -> None:
         await pool.check()
 
 
-class AsyncPostgresStore:
-    """The PostgreSQL store for :class:`~golemq_pg.AsyncQueue` (see the module docstring).
+class AsyncShared:
+    """State shared by an async store and the connection-bound stores derived from it."""
+
+    __slots__ = ("ctx", "dsn", "owns_pool", "pool", "pooler", "schema", "waiters")
+
+    def __init__(self, pool: AsyncConnectionPool[Any], schema: str) -> None:
+        self.pool = pool
+        self.schema = schema
+        self.ctx = PlanContext(queries_for(schema), schema, queue_identity(pool.conninfo, schema))
+        self.waiters = AsyncJobWaiters(pool, self.ctx)
+        self.pooler = PoolerReport(schema)
+        self.owns_pool = False
+        self.dsn: str | None = None
+
+
+def async_verb(
+    plan: Callable[Concatenate[PlanContext, P], Plan[R]],
+) -> Callable[Concatenate[AsyncPostgresStore, P], Coroutine[Any, Any, R]]:
+    """A coroutine method of ``AsyncPostgresStore`` running ``plan`` on its connections (the
+    twin of ``_connections.sync_verb``; name, docstring and signature are the plan's)."""
+
+    async def verb(self: AsyncPostgresStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._run(plan(self._shared.ctx, *args, **kwargs))
+
+    return functools.wraps(plan)(verb)
+
+
+class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
+    """The PostgreSQL store for :class:`~golemq_pg.AsyncQueue` and the dashboard (see the
+    module docstring).
 
     ``AsyncPostgresStore(pool, schema=...)`` wraps an application's ``AsyncConnectionPool``
     (its connections may be in autocommit mode or not: a verb that needs a transaction
@@ -90,14 +98,8 @@ class AsyncPostgresStore:
     def __init__(self, pool: AsyncConnectionPool[Any], *, schema: str = "golemq") -> None:
         """Wrap an existing (open or not yet open) ``AsyncConnectionPool``."""
         check_schema(schema)
-        self._pool = pool
-        self._schema = schema
-        self._ctx = PlanContext(queries_for(schema), schema, queue_identity(pool.conninfo, schema))
-        self._waiters = AsyncJobWaiters(pool, self._ctx)
-        self._pooler = PoolerReport(schema)
-        self._owns_pool = False
-        self._dsn: str | None = None
-        self._bound: psycopg.AsyncConnection[Any] | None = None
+        self._shared = AsyncShared(pool, schema)
+        self._bound = None
 
     @classmethod
     async def connect(
@@ -130,44 +132,40 @@ class AsyncPostgresStore:
         )
         await pool.open()
         store = cls(pool, schema=schema)
-        store._owns_pool = True
-        store._dsn = dsn
+        store._shared.owns_pool = True
+        store._shared.dsn = dsn
         return store
 
     def with_connection(self, conn: psycopg.AsyncConnection[Any]) -> AsyncPostgresStore:
         """A store whose verbs run on ``conn`` (the caller's transaction), never committing it."""
-        bound = object.__new__(AsyncPostgresStore)
-        bound.__dict__.update(self.__dict__)
-        bound._bound = conn
-        bound._owns_pool = False
-        return bound
+        return self._bind(conn)
 
     # -- properties and lifecycle ---------------------------------------------------------------
     @property
     def schema(self) -> str:
         """The schema this store's queue lives in."""
-        return self._schema
+        return self._shared.schema
 
     @property
     def dsn(self) -> str | None:
         """The DSN given to :meth:`connect` (None when wrapping an existing pool)."""
-        return self._dsn
+        return self._shared.dsn
 
     @property
     def identity(self) -> tuple[str, ...]:
         """Which queue this is (server, database, user, schema): the same as a
         ``PostgresStore``'s on that queue, so a cancel aborts this process's handlers."""
-        return self._ctx.identity
+        return self._shared.ctx.identity
 
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
         """The connection pool in use."""
-        return self._pool
+        return self._shared.pool
 
     @property
     def waiters(self) -> AsyncJobWaiters:
         """The waiting tasks and their one LISTEN connection (for tests and diagnostics)."""
-        return self._waiters
+        return self._shared.waiters
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations (idempotent); returns the names applied now.
@@ -176,16 +174,17 @@ class AsyncPostgresStore:
         from the pool's conninfo and options, in a worker thread (migrations are rare,
         administrative, and must not run twice in two copies).
         """
-        pool = self._pool
-        conninfo = self._dsn or pool.conninfo
+        pool = self._shared.pool
+        conninfo = self._shared.dsn or pool.conninfo
         kwargs = dict(pool.kwargs) if isinstance(pool.kwargs, dict) else {}
         if not isinstance(conninfo, str):
             raise TypeError("migrate() needs a pool with a string conninfo")
         kwargs["autocommit"] = True
+        schema = self._shared.schema
 
         def run() -> list[str]:
             with psycopg.connect(conninfo, **kwargs) as conn:
-                return _migrate(conn, self._schema)
+                return _migrate(conn, schema)
 
         return await asyncio.to_thread(run)
 
@@ -193,9 +192,9 @@ class AsyncPostgresStore:
         """Close the pool when this store owns it (a bound store closes nothing); waits in
         progress end (``RuntimeError``) and the waiters' LISTEN connection closes."""
         if self._bound is None:
-            await self._waiters.close()
-            if self._owns_pool:
-                await self._pool.close()
+            await self._shared.waiters.close()
+            if self._shared.owns_pool:
+                await self._shared.pool.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -210,30 +209,71 @@ class AsyncPostgresStore:
 
     def __repr__(self) -> str:
         bound = " bound" if self._bound is not None else ""
-        return f"<AsyncPostgresStore schema={self._schema!r}{bound}>"
+        return f"<AsyncPostgresStore schema={self.schema!r}{bound}>"
 
-    # -- the verbs ---------------------------------------------------------------------------------
-    async def call(self, verb: str, *args: Any, connection: Any = None, **kwargs: Any) -> Any:
-        """Run the port verb ``verb`` (``job_enqueue``, ``job_get``, ... ``job_wait``): the
-        plan ``PostgresStore`` runs for it, on this store's async connections. With
-        ``connection`` (an ``AsyncConnection``), inside the caller's transaction."""
-        store = self if connection is None else self.with_connection(connection)
-        if verb == "job_wait":
-            return await self.job_wait(*args, **kwargs)
-        plan = PLANS[verb](self._ctx, *args, **kwargs)
-        return await run_plan_async(store._connection, plan, store._bound is None)
+    # -- the verbs: the plans PostgresStore runs, on this store's async connections --------------
+    async def job_enqueue(
+        self, params: EnqueueParams, *, connection: psycopg.AsyncConnection[Any] | None = None
+    ) -> EnqueueResult:
+        """Insert one job, applying the dedupe rule; with ``connection``, inside the caller's
+        transaction."""
+        store = self if connection is None else self._bind(connection)
+        return await store._run(producer.job_enqueue(self._shared.ctx, params))
+
+    async def job_enqueue_many(
+        self,
+        params: EnqueueManyParams,
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Insert many jobs of one type with one COPY; returns the count."""
+        store = self if connection is None else self._bind(connection)
+        return await store._run(producer.job_enqueue_many(self._shared.ctx, params))
+
+    job_get = async_verb(producer.job_get)
+    job_find = async_verb(producer.job_find)
+    job_payload = async_verb(producer.job_payload)
+    job_count_by_status = async_verb(producer.job_count_by_status)
+    job_stats = async_verb(producer.job_stats)
+    job_stats_by_type = async_verb(producer.job_stats_by_type)
+    job_oldest_due_age = async_verb(producer.job_oldest_due_age)
+    job_retry_failed = async_verb(producer.job_retry_failed)
+    job_prune = async_verb(producer.job_prune)
+    now = async_verb(producer.now)
+    job_cancel = async_verb(_cancel.job_cancel)
+    schedule_upsert = async_verb(_schedules.schedule_upsert)
+    schedule_delete = async_verb(_schedules.schedule_delete)
+    schedule_list = async_verb(_schedules.schedule_list)
+    type_pause = async_verb(_control.type_pause)
+    type_resume = async_verb(_control.type_resume)
+    type_paused = async_verb(_control.type_paused)
+    job_retry = async_verb(_control.job_retry)
+    job_run_now = async_verb(_control.job_run_now)
+    worker_list = async_verb(_registry.worker_list)
+    # -- the dashboard's reads and its bulk retry, and the metrics gauges
+    dashboard_overview = async_verb(_dashboard.dashboard_overview)
+    dashboard_throughput = async_verb(_dashboard.dashboard_throughput)
+    dashboard_jobs = async_verb(_dashboard.dashboard_jobs)
+    dashboard_dead_letters = async_verb(_dashboard.dashboard_dead_letters)
+    dashboard_retry_dead_letters = async_verb(_dashboard.dashboard_retry_dead_letters)
+    dashboard_pools = async_verb(_dashboard.dashboard_pools)
+    metrics_type_gauges = async_verb(_metrics.metrics_type_gauges)
 
     async def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
         """Wait until the job is terminal and return it (see ``_async_waiters``): every
         waiting task shares one LISTEN connection and holds no pooled connection."""
-        return await self._waiters.wait(job_id, timeout)
+        return await self._shared.waiters.wait(job_id, timeout)
+
+    async def _run(self, plan: Plan[R]) -> R:
+        """Run a verb's plan on this store's connection for one verb."""
+        return await run_plan_async(self._connection, plan, self._bound is None)
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
         # This is the hot path of an add: no generator-based context manager; a connection
         # found read-only is thrown away by the checkout (checkout_end).
         if self._bound is not None:
             return _given(self._bound)
-        return _AsyncCheckout(self)
+        return _AsyncCheckout(self._shared)
 
 
 class _AsyncCheckout:
@@ -248,15 +288,15 @@ class _AsyncCheckout:
     connection of a pool the store opened gets UTC decoding at each checkout.
     """
 
-    __slots__ = ("_conn", "_store")
+    __slots__ = ("_conn", "_shared")
 
-    def __init__(self, store: AsyncPostgresStore) -> None:
-        self._store = store
+    def __init__(self, shared: AsyncShared) -> None:
+        self._shared = shared
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        conn: psycopg.AsyncConnection[Any] = await self._store._pool.getconn()
-        if self._store._owns_pool:
+        conn: psycopg.AsyncConnection[Any] = await self._shared.pool.getconn()
+        if self._shared.owns_pool:
             # Another client's SET TimeZone on a pooler's shared server session, or one
             # behind the store's back: timestamps still decode as UTC (one libpq lookup).
             ensure_utc(conn)
@@ -284,9 +324,9 @@ class _AsyncCheckout:
             elif end is not CheckoutEnd.KEEP:
                 await conn.close()
                 if end is CheckoutEnd.DISCARD_POOLER and exc is not None:
-                    raise self._store._pooler.translate(exc) from exc
+                    raise self._shared.pooler.translate(exc) from exc
         finally:
-            await self._store._pool.putconn(conn)
+            await self._shared.pool.putconn(conn)
 
 
 @asynccontextmanager

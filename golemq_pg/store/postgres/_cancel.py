@@ -21,7 +21,12 @@ from psycopg import errors as pg_errors
 from golemq_pg import _local
 from golemq_pg.store.port import CancelFilter, CancelledJob
 from golemq_pg.store.postgres import _rows as rows
-from golemq_pg.store.postgres._connections import WRITE_ATTEMPTS, StoreConnections, sync_verb
+from golemq_pg.store.postgres._connections import (
+    RETRYABLE,
+    StoreConnections,
+    retry_or_raise,
+    sync_verb,
+)
 from golemq_pg.store.postgres._plans import (
     OWNED,
     Atomic,
@@ -90,7 +95,7 @@ def job_cancel(
     # Not inside a caller's transaction: a lock timeout would abort it, and an
     # announcement would only be delivered at its commit. There the DELETE just waits.
     brief = not selector.pending_only and not bound
-    deadlocks = 0
+    attempt = 1
     while True:
         try:
             deleted: list[CancelledJob] = yield Atomic(
@@ -102,12 +107,11 @@ def job_cancel(
                 raise
             brief = False
             yield Atomic(_announce_locked(ctx, statements.locked, args, cancel_channel, reason))
-        except pg_errors.DeadlockDetected:
+        except RETRYABLE as exc:
             # Deleting many rows can deadlock with a batch write locking them in another
-            # order; the delete is idempotent, so run it again.
-            deadlocks += 1
-            if bound or deadlocks >= WRITE_ATTEMPTS:
-                raise
+            # order; the delete is idempotent, so run it again (the store's one policy).
+            retry_or_raise("job_cancel", exc, attempt, once=bound)
+            attempt += 1
     if deleted:
         running = sum(job.was_running for job in deleted)
         log.info("jobs_cancelled", count=len(deleted), running=running)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypedDict, TypeVar
 
 import psycopg
 import structlog
@@ -57,18 +57,27 @@ RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_erro
 WRITE_ATTEMPTS = 3
 
 
+def retry_or_raise(verb: str, exc: BaseException, attempt: int, *, once: bool) -> None:
+    """The one retry policy of the store's writes, for a conflict in :data:`RETRYABLE` met
+    by try number ``attempt`` (from 1): raise ``exc`` when no try is left (:data:`WRITE_ATTEMPTS`
+    in all; ``once``: a single try, inside a caller's transaction, which the conflict has
+    aborted), else log the retry with ``verb`` and return. :func:`retrying` is its loop for
+    a callable; a plan (``_cancel``) loops itself around an ``Atomic`` step."""
+    if once or attempt >= WRITE_ATTEMPTS:
+        raise exc
+    log.info("store_write_retried", verb=verb, error=type(exc).__name__)
+
+
 def retrying(verb: str, write: Callable[[], R], *, once: bool) -> R:
-    """``write()``, run again on a conflict in :data:`RETRYABLE`, up to
-    :data:`WRITE_ATTEMPTS` times in all; ``once``: a single try (inside a caller's
-    transaction, which the conflict has aborted). Each retry is logged with ``verb``."""
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
+    """``write()``, run again on a conflict as :func:`retry_or_raise` decides."""
+    attempt = 1
+    while True:
         try:
             return write()
         except RETRYABLE as exc:
-            if once or attempt == WRITE_ATTEMPTS:
-                raise
-            log.info("store_write_retried", verb=verb, error=type(exc).__name__)
-    raise AssertionError("unreachable")  # pragma: no cover
+            retry_or_raise(verb, exc, attempt, once=once)
+            attempt += 1
+
 
 # psycopg_pool retries a failed connection with a doubling delay (1, 2, 4, 8, 16, 32 s...) for
 # reconnect_timeout, and while such an attempt waits no other one starts: after an outage of a
@@ -415,7 +424,9 @@ class Shared:
         self.owns_pool = owns_pool
         self.queries: Queries = queries_for(schema)
         # What the verbs written as plans need (shared with AsyncPostgresStore's plans).
-        self.ctx = PlanContext(self.queries, schema, queue_identity(pool.conninfo, schema))
+        self.ctx = PlanContext(
+            self.queries, schema, queue_identity(pool.conninfo, schema), rate_window
+        )
         self.claimer = Claimer(self.queries, schema, rate_window)
         #: Where LISTEN connections go instead of the pool's server (connect(listen_dsn=)).
         self.listen_dsn: str | None = None
@@ -491,15 +502,32 @@ class PoolCheckout:
             self._shared.pool.putconn(conn)
 
 
-class StoreConnections:
+StateT = TypeVar("StateT")
+ConnT = TypeVar("ConnT")
+
+
+class Bindable(Generic[StateT, ConnT]):
+    """How a store clones itself for ``with_connection``, the same for both stores: the
+    clone shares the family's state (``_shared``: pool, statements, waiters, ...) and runs
+    its verbs on ``_bound``, the caller's connection (None: the store's own pool)."""
+
+    _shared: StateT
+    _bound: ConnT | None
+
+    def _bind(self, conn: ConnT) -> Self:
+        """A store of this family whose verbs run on ``conn``."""
+        bound = object.__new__(type(self))
+        bound._shared = self._shared
+        bound._bound = conn
+        return bound
+
+
+class StoreConnections(Bindable[Shared, psycopg.Connection[Any]]):
     """The connection side of PostgresStore, shared by its verb groups.
 
     ``_shared`` is the state of the store's family (pool, schema, statements, claimer);
     ``_bound`` is the caller's connection of a ``with_connection`` store, else None.
     """
-
-    _shared: Shared
-    _bound: psycopg.Connection[Any] | None
 
     @property
     def _q(self) -> Queries:

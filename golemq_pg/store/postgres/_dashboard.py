@@ -1,4 +1,6 @@
-"""The dashboard verbs of PostgresStore (statements in ``sql/queries/dashboard.sql``).
+"""The dashboard verbs of both PostgreSQL stores (statements in ``sql/queries/dashboard.sql``),
+written as plans (see ``_plans``): ``PostgresStore`` runs them on its connections,
+``AsyncPostgresStore`` on its asyncio ones.
 
 Each read runs in one transaction that first lowers ``statement_timeout`` for itself only
 (``SET LOCAL`` through ``set_config``): a dashboard page can never hold a connection or a
@@ -14,11 +16,8 @@ big table up to ten times slower; planning one costs about a millisecond.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
-
-import psycopg
 
 from golemq_pg._types import JobStatus, Resource
 from golemq_pg.store.dashboard import (
@@ -36,29 +35,29 @@ from golemq_pg.store.dashboard import (
     sorted_groups,
 )
 from golemq_pg.store.postgres import _rows as rows
-from golemq_pg.store.postgres._connections import StoreConnections
+from golemq_pg.store.postgres._connections import StoreConnections, sync_verb
+from golemq_pg.store.postgres._plans import Atomic, Plan, PlanContext, Rows
 
 
-class DashboardVerbs(StoreConnections):
-    """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_jobs``,
-    ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``, ``dashboard_pools``."""
+def _read(ctx: PlanContext, name: str, params: Mapping[str, Any]) -> Rows:
+    """One dashboard statement, planned for these parameters (never prepared)."""
+    return Rows(ctx.queries[name], params, prepare=False)
 
-    @contextmanager
-    def _dashboard(self) -> Iterator[psycopg.Connection[Any]]:
-        """A transaction whose statements stop after the dashboard's timeout."""
-        with self._transaction() as conn:
-            timeout_ms = int(DASHBOARD_STATEMENT_TIMEOUT * 1000)
-            _run(conn, self._q["dashboard_timeout"], {"timeout_ms": timeout_ms})
-            yield conn
 
-    def dashboard_overview(self, cap: int = COUNT_CAP) -> Overview:
-        """Per-type capped counts and per-status totals (succeeded: the last hour)."""
-        cap = max(int(cap), 1)
-        with self._dashboard() as conn:
-            found = _run(conn, self._q["dashboard_type_counts"], {"cap": cap}).fetchall()
-            hour = _run(conn, self._q["dashboard_throughput"], {"minutes": 60}).fetchall()
-            schema = {"schema": self._shared.schema}
-            estimate = _run(conn, self._q["dashboard_estimated_rows"], schema).fetchone()
+def _bounded(ctx: PlanContext) -> Rows:
+    """The transaction's first statement: the dashboard's short timeout, no JIT."""
+    return _read(ctx, "dashboard_timeout", {"timeout_ms": int(DASHBOARD_STATEMENT_TIMEOUT * 1000)})
+
+
+def dashboard_overview(ctx: PlanContext, cap: int = COUNT_CAP) -> Plan[Overview]:
+    """Per-type capped counts and per-status totals (succeeded: the last hour)."""
+    cap = max(int(cap), 1)
+
+    def read() -> Plan[Overview]:
+        yield _bounded(ctx)
+        found = yield _read(ctx, "dashboard_type_counts", {"cap": cap})
+        hour = yield _read(ctx, "dashboard_throughput", {"minutes": 60})
+        estimate = yield _read(ctx, "dashboard_estimated_rows", {"schema": ctx.schema})
         types = tuple(
             TypeCounts(
                 type=str(t), due=int(d), scheduled=int(s), running=int(r), failed=int(f),
@@ -66,99 +65,143 @@ class DashboardVerbs(StoreConnections):
             )
             for t, d, s, r, f, age in found
         )
-        return _overview(types, sum(int(r[1]) for r in hour), estimate, cap)
+        first = estimate[0] if estimate else None
+        return _overview(types, sum(int(r[1]) for r in hour), first, cap)
 
-    def dashboard_throughput(self, minutes: int = 60) -> list[MinuteCount]:
-        """Jobs finished per minute over the last ``minutes`` minutes, oldest first."""
-        minutes = min(max(int(minutes), 1), 24 * 60)
-        with self._dashboard() as conn:
-            found = _run(conn, self._q["dashboard_throughput"], {"minutes": minutes})
-            return [MinuteCount(at, int(ok), int(bad)) for at, ok, bad in found.fetchall()]
+    overview: Overview = yield Atomic(read())
+    return overview
 
-    def dashboard_jobs(self, query: JobQuery) -> JobPage:
-        """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""
-        limit = min(max(int(query.limit), 1), 500)
-        window = max(int(query.window), limit)
-        args: dict[str, Any] = {
-            "type": query.type,
-            "status": None if query.status is None else JobStatus(query.status).value,
-            "scope_type": query.scope_type,
-            "scope_id": query.scope_id,
-            "tag": query.tag,
-            "limit": limit,
-        }
-        with self._dashboard() as conn:
-            if query.job_id is not None:
-                number = rows.int_id(query.job_id)
-                if number is None:
-                    return JobPage((), None)
-                args.update(before=number + 1, floor=number)
-                found = _run(conn, self._q["dashboard_jobs_page"], args).fetchall()
-                return JobPage(tuple(rows.summary(r) for r in found), None)
-            before = None if query.after is None else rows.int_id(query.after)
-            top, _ = _run(conn, self._q["dashboard_jobs_top"], {"floor": 0}).fetchone() or (1, 0)
-            before = int(top) if before is None else min(before, int(top))
-            floor = max(before - window, 0)
-            args.update(before=before, floor=floor)
-            found = _run(conn, self._q["dashboard_jobs_page"], args).fetchall()
-            jobs = tuple(rows.summary(r) for r in found)
-            if len(jobs) == limit:
-                return JobPage(jobs, jobs[-1].id)
-            below = _run(conn, self._q["dashboard_jobs_top"], {"floor": floor}).fetchone()
-            older = bool(below[1]) if below is not None else False
+
+def dashboard_throughput(ctx: PlanContext, minutes: int = 60) -> Plan[list[MinuteCount]]:
+    """Jobs finished per minute over the last ``minutes`` minutes, oldest first."""
+    minutes = min(max(int(minutes), 1), 24 * 60)
+
+    def read() -> Plan[list[MinuteCount]]:
+        yield _bounded(ctx)
+        found = yield _read(ctx, "dashboard_throughput", {"minutes": minutes})
+        return [MinuteCount(at, int(ok), int(bad)) for at, ok, bad in found]
+
+    counts: list[MinuteCount] = yield Atomic(read())
+    return counts
+
+
+def dashboard_jobs(ctx: PlanContext, query: JobQuery) -> Plan[JobPage]:
+    """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""
+    limit = min(max(int(query.limit), 1), 500)
+    window = max(int(query.window), limit)
+    args: dict[str, Any] = {
+        "type": query.type,
+        "status": None if query.status is None else JobStatus(query.status).value,
+        "scope_type": query.scope_type,
+        "scope_id": query.scope_id,
+        "tag": query.tag,
+        "limit": limit,
+    }
+    if query.job_id is not None:
+        number = rows.int_id(query.job_id)
+        if number is None:
+            return JobPage((), None)
+        args.update(before=number + 1, floor=number)
+
+        def one() -> Plan[JobPage]:
+            yield _bounded(ctx)
+            found = yield _read(ctx, "dashboard_jobs_page", args)
+            return JobPage(tuple(rows.summary(r) for r in found), None)
+
+        single: JobPage = yield Atomic(one())
+        return single
+    after = None if query.after is None else rows.int_id(query.after)
+
+    def page() -> Plan[JobPage]:
+        yield _bounded(ctx)
+        top = yield _read(ctx, "dashboard_jobs_top", {"floor": 0})
+        highest = int(top[0][0]) if top else 1
+        before = highest if after is None else min(after, highest)
+        floor = max(before - window, 0)
+        args.update(before=before, floor=floor)
+        found = yield _read(ctx, "dashboard_jobs_page", args)
+        jobs = tuple(rows.summary(r) for r in found)
+        if len(jobs) == limit:
+            return JobPage(jobs, jobs[-1].id)
+        below = yield _read(ctx, "dashboard_jobs_top", {"floor": floor})
+        older = bool(below[0][1]) if below else False
         return JobPage(jobs, str(floor) if older else None)
 
-    def dashboard_dead_letters(self, cap: int = COUNT_CAP) -> DeadLetters:
-        """FAILED jobs grouped by (type, last_error), each type's newest ``cap`` at most."""
-        cap = max(int(cap), 1)
-        with self._dashboard() as conn:
-            found = _run(conn, self._q["dashboard_dead_letters"], {"cap": cap}).fetchall()
-        groups = [
-            DeadLetterGroup(str(t), err, int(n), str(newest), at)
-            for t, err, n, newest, at, _ in found
-            if int(n) > 0
-        ]
-        return DeadLetters(sorted_groups(groups), any(bool(r[5]) for r in found), cap)
+    found_page: JobPage = yield Atomic(page())
+    return found_page
 
-    def dashboard_retry_dead_letters(self, job_type: str, error: str | None) -> int:
-        """Every FAILED job of ``job_type`` with this ``last_error`` -> PENDING due now."""
-        found = self._fetch("dashboard_retry_dead_letters", {"type": job_type, "error": error})
-        return int(found[0][0])
 
-    def dashboard_pools(self, resources: Mapping[str, Resource]) -> list[PoolState]:
-        """Pools with a rate budget or in ``resources``: window spend and in-use cost."""
-        members = member_costs(resources)
-        args = {
-            "member_pools": [m[0] for m in members],
-            "member_types": [m[1] for m in members],
-            "member_costs": [m[2] for m in members],
-            "names": sorted(resources),
-            "rate_window": self._shared.claimer.rate_window,
-        }
-        with self._dashboard() as conn:
-            found = _run(conn, self._q["dashboard_pools"], args).fetchall()
-        out: list[PoolState] = []
-        for name, spent, window_start, in_use in found:
-            pool = resources.get(name)
-            out.append(
-                PoolState(
-                    name=name,
-                    spent=int(spent or 0),
-                    window_start=window_start,
-                    in_use=None if pool is None else int(in_use),
-                    concurrency=None if pool is None else pool.concurrency,
-                    rate_per_minute=None if pool is None else pool.rate_per_minute,
-                    types=() if pool is None else tuple(pool.types),
-                )
+def dashboard_dead_letters(ctx: PlanContext, cap: int = COUNT_CAP) -> Plan[DeadLetters]:
+    """FAILED jobs grouped by (type, last_error), each type's newest ``cap`` at most."""
+    cap = max(int(cap), 1)
+
+    def read() -> Plan[list[Any]]:
+        yield _bounded(ctx)
+        found: list[Any] = yield _read(ctx, "dashboard_dead_letters", {"cap": cap})
+        return found
+
+    found: list[Any] = yield Atomic(read())
+    groups = [
+        DeadLetterGroup(str(t), err, int(n), str(newest), at)
+        for t, err, n, newest, at, _ in found
+        if int(n) > 0
+    ]
+    return DeadLetters(sorted_groups(groups), any(bool(r[5]) for r in found), cap)
+
+
+def dashboard_retry_dead_letters(ctx: PlanContext, job_type: str, error: str | None) -> Plan[int]:
+    """Every FAILED job of ``job_type`` with this ``last_error`` -> PENDING due now."""
+    found = yield Rows(
+        ctx.queries["dashboard_retry_dead_letters"], {"type": job_type, "error": error}
+    )
+    return int(found[0][0])
+
+
+def dashboard_pools(ctx: PlanContext, resources: Mapping[str, Resource]) -> Plan[list[PoolState]]:
+    """Pools with a rate budget or in ``resources``: window spend and in-use cost."""
+    members = member_costs(resources)
+    args = {
+        "member_pools": [m[0] for m in members],
+        "member_types": [m[1] for m in members],
+        "member_costs": [m[2] for m in members],
+        "names": sorted(resources),
+        "rate_window": ctx.rate_window,
+    }
+
+    def read() -> Plan[list[Any]]:
+        yield _bounded(ctx)
+        found: list[Any] = yield _read(ctx, "dashboard_pools", args)
+        return found
+
+    found: list[Any] = yield Atomic(read())
+    out: list[PoolState] = []
+    for name, spent, window_start, in_use in found:
+        pool = resources.get(name)
+        out.append(
+            PoolState(
+                name=name,
+                spent=int(spent or 0),
+                window_start=window_start,
+                in_use=None if pool is None else int(in_use),
+                concurrency=None if pool is None else pool.concurrency,
+                rate_per_minute=None if pool is None else pool.rate_per_minute,
+                types=() if pool is None else tuple(pool.types),
             )
-        return out
+        )
+    return out
 
 
-def _run(
-    conn: psycopg.Connection[Any], query: Any, params: dict[str, Any]
-) -> psycopg.Cursor[Any]:
-    """Execute one dashboard statement, planned for these parameters (never prepared)."""
-    return conn.execute(query, params, prepare=False)
+class DashboardVerbs(StoreConnections):
+    """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_jobs``,
+    ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``, ``dashboard_pools``: the
+    plans above on ``PostgresStore``'s connections."""
+
+    dashboard_overview = sync_verb(dashboard_overview)
+    dashboard_throughput = sync_verb(dashboard_throughput)
+    dashboard_jobs = sync_verb(dashboard_jobs)
+    dashboard_dead_letters = sync_verb(dashboard_dead_letters)
+    dashboard_retry_dead_letters = sync_verb(dashboard_retry_dead_letters)
+    dashboard_pools = sync_verb(dashboard_pools)
 
 
 def _overview(

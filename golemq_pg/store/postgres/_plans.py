@@ -45,10 +45,12 @@ Query = bytes | sql.Composable
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """Run ``query`` and send back every row it returns."""
+    """Run ``query`` and send back every row it returns. ``prepare``: psycopg's choice
+    (None: prepared once it repeats; False: planned for these parameters every time)."""
 
     query: Query
     params: Mapping[str, Any] | None = None
+    prepare: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +111,20 @@ class PlanContext:
     channel names, read once (see :func:`channels`). One per store family; the same for
     the sync and the async store."""
 
-    __slots__ = ("channels", "identity", "queries", "schema")
+    __slots__ = ("channels", "identity", "queries", "rate_window", "schema")
 
-    def __init__(self, queries: Queries, schema: str, identity: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        queries: Queries,
+        schema: str,
+        identity: tuple[str, ...],
+        rate_window: float = 60.0,
+    ) -> None:
         self.queries = queries
         self.schema = schema
         self.identity = identity
+        #: The resource pools' rate window in seconds (the dashboard's pool view reads it).
+        self.rate_window = rate_window
         self.channels: tuple[str, str] | None = None
 
 

@@ -44,7 +44,7 @@ async def _drive(
 async def _execute(conn: AsyncConnection, step: Any, *, owned: bool) -> Any:
     kind = type(step)
     if kind is plans.Rows:
-        cursor = await conn.execute(step.query, step.params)
+        cursor = await conn.execute(step.query, step.params, prepare=step.prepare)
         return await cursor.fetchall()
     if kind is plans.Count:
         return (await conn.execute(step.query, step.params)).rowcount

@@ -53,7 +53,7 @@ def _drive(conn: Connection, plan: Plan[Any], step: Any, owned: bool) -> Done:
 def _execute(conn: Connection, step: Any, *, owned: bool) -> Any:
     kind = type(step)
     if kind is Rows:
-        return conn.execute(step.query, step.params).fetchall()
+        return conn.execute(step.query, step.params, prepare=step.prepare).fetchall()
     if kind is Count:
         return conn.execute(step.query, step.params).rowcount
     if kind is CopyIn:

@@ -127,10 +127,7 @@ class PostgresStore(
 
     def with_connection(self, conn: psycopg.Connection[Any]) -> PostgresStore:
         """A store whose verbs run on ``conn`` (the caller's transaction), never committing it."""
-        bound = object.__new__(PostgresStore)
-        bound._shared = self._shared
-        bound._bound = conn
-        return bound
+        return self._bind(conn)
 
     # -- properties and lifecycle ---------------------------------------------------------------
     @property
