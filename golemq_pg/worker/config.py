@@ -1,4 +1,5 @@
-"""Validation of every ``Worker`` option, done once when the worker is built.
+"""The ``Worker`` options: declared once (:class:`WorkerOptions`), validated once when the
+worker is built (:func:`build_config`, where each option's default sits beside its check).
 
 Out-of-range or inconsistent values raise :class:`golemq_pg.errors.QueueConfigError` with a
 message that names the option. Durations become float seconds here, so nothing downstream
@@ -12,9 +13,16 @@ import secrets
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
-from golemq_pg._types import JobStatus, LifecycleObserver, Resource, Retention, RetryStrategy
+from golemq_pg._types import (
+    Duration,
+    JobStatus,
+    LifecycleObserver,
+    Resource,
+    Retention,
+    RetryStrategy,
+)
 from golemq_pg._validation import (
     check_delete_on,
     check_dsn,
@@ -28,6 +36,38 @@ from golemq_pg.errors import QueueConfigError
 MAX_BATCH_SIZE = 10_000
 #: Finished statuses the retention sweep may delete (live work is cancelled, never pruned).
 PRUNABLE = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
+
+
+#: When a handler's finished rows are deleted instead of kept.
+DeleteOn = Literal["never", "success", "always"]
+
+
+class WorkerOptions(TypedDict, total=False):
+    """Every keyword option of :class:`~golemq_pg.Worker`, the one place each is declared.
+
+    ``Worker(store, **options)`` takes exactly these (mypy checks names and types; an unknown
+    name is a ``TypeError`` at run time). Defaults and checks: :func:`build_config`; meanings:
+    the README's worker options table.
+    """
+
+    poll_interval: Duration
+    notify: bool
+    batch_size: int | None
+    lease_duration: Duration | None
+    lease_renew_interval: Duration | None
+    lease_grace: Duration
+    base_backoff: Duration
+    max_backoff: Duration
+    abandon_grace: Duration
+    shutdown_grace: Duration
+    default_max_attempts: int
+    worker_id: str | None
+    resources: Mapping[str, Resource] | None
+    retention: Retention | None
+    observers: Sequence[LifecycleObserver]
+    retry_strategy: RetryStrategy | None
+    delete_on: DeleteOn
+    listen_dsn: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,28 +246,15 @@ def check_observers(observers: object) -> tuple[LifecycleObserver, ...]:
     return tuple(observers)
 
 
-def build_config(
-    *,
-    poll_interval: object,
-    notify: object,
-    batch_size: object,
-    lease_duration: object,
-    lease_renew_interval: object,
-    lease_grace: object,
-    base_backoff: object,
-    max_backoff: object,
-    abandon_grace: object,
-    shutdown_grace: object,
-    default_max_attempts: object,
-    worker_id: object,
-    resources: object,
-    retention: object,
-    observers: object,
-    retry_strategy: object,
-    delete_on: object = "never",
-    listen_dsn: object = None,
-) -> WorkerConfig:
-    """Validate the Worker's keyword arguments into a :class:`WorkerConfig`."""
+def build_config(options: WorkerOptions) -> WorkerConfig:
+    """Validate the Worker's keyword options into a :class:`WorkerConfig` (a missing option
+    takes its default, written here beside its check)."""
+    unknown = sorted(set(options) - set(WorkerOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"Worker() got an unexpected keyword argument {unknown[0]!r}")
+    get = options.get
+    notify: object = get("notify", True)
+    listen_dsn: object = get("listen_dsn")
     if not isinstance(notify, bool):
         raise QueueConfigError("notify must be True or False")
     listen = None
@@ -241,14 +268,17 @@ def build_config(
                 "listen_dsn is for the LISTEN connection, which notify=False does not open: "
                 "drop one of them"
             )
-    poll = _seconds(poll_interval, "poll_interval", positive=True)
+    poll = _seconds(get("poll_interval", 0.5), "poll_interval", positive=True)
+    batch_size = get("batch_size")
     batch = None if batch_size is None else _positive_int(
         batch_size, "batch_size", upper=MAX_BATCH_SIZE
     )
+    lease_duration = get("lease_duration")
     lease = None if lease_duration is None else _seconds(
         lease_duration, "lease_duration", positive=True
     )
     renew: float | None = None
+    lease_renew_interval = get("lease_renew_interval")
     if lease_renew_interval is not None:
         if lease is None:
             raise QueueConfigError("lease_renew_interval needs lease_duration")
@@ -258,20 +288,24 @@ def build_config(
                 "lease_renew_interval must be shorter than lease_duration, or leases expire "
                 "between renewals"
             )
-    grace = _seconds(lease_grace, "lease_grace", positive=False)
-    base = _seconds(base_backoff, "base_backoff", positive=False)
-    cap = _seconds(max_backoff, "max_backoff", positive=False)
+    grace = _seconds(get("lease_grace", 30), "lease_grace", positive=False)
+    base = _seconds(get("base_backoff", 2), "base_backoff", positive=False)
+    cap = _seconds(get("max_backoff", 300), "max_backoff", positive=False)
     if cap < base:
         raise QueueConfigError("max_backoff must be >= base_backoff")
-    abandon = _seconds(abandon_grace, "abandon_grace", positive=False)
-    shutdown = _seconds(shutdown_grace, "shutdown_grace", positive=False)
-    attempts = _positive_int(default_max_attempts, "default_max_attempts", upper=2**31 - 1)
+    abandon = _seconds(get("abandon_grace", 5), "abandon_grace", positive=False)
+    shutdown = _seconds(get("shutdown_grace", 15), "shutdown_grace", positive=False)
+    attempts = _positive_int(
+        get("default_max_attempts", 3), "default_max_attempts", upper=2**31 - 1
+    )
+    worker_id = get("worker_id")
     owner = default_worker_id() if worker_id is None else _name(worker_id, "worker_id")
+    retry_strategy: object = get("retry_strategy")
     if retry_strategy is not None and not callable(retry_strategy):
         raise QueueConfigError("retry_strategy must be a callable(RetryContext) -> float | None")
     strategy: Callable[..., Any] | None = retry_strategy
     try:
-        deleting = check_delete_on(delete_on, "delete_on")
+        deleting = check_delete_on(get("delete_on", "never"), "delete_on")
     except ValueError as exc:
         raise QueueConfigError(str(exc)) from None
     return WorkerConfig(
@@ -287,9 +321,9 @@ def build_config(
         shutdown_grace=shutdown,
         default_max_attempts=attempts,
         worker_id=owner,
-        resources=check_resources(resources),
-        retention=check_retention(retention),
-        observers=check_observers(observers),
+        resources=check_resources(get("resources")),
+        retention=check_retention(get("retention")),
+        observers=check_observers(get("observers", ())),
         retry_strategy=strategy,
         delete_on=deleting,
         listen_dsn=listen,
@@ -298,8 +332,10 @@ def build_config(
 
 __all__ = [
     "MAX_BATCH_SIZE",
+    "DeleteOn",
     "RetentionConfig",
     "WorkerConfig",
+    "WorkerOptions",
     "build_config",
     "check_observers",
     "check_resources",

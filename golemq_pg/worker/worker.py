@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType, TracebackType
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, TypeVar, Unpack, overload
 
 import structlog
 
@@ -34,17 +34,13 @@ from golemq_pg._errortext import error_text
 from golemq_pg._types import (
     Duration,
     JobType,
-    LifecycleObserver,
-    Resource,
-    Retention,
-    RetryStrategy,
 )
 from golemq_pg._validation import to_seconds
 from golemq_pg.errors import QueueConfigError
 from golemq_pg.store.port import JobStore
 from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
-from golemq_pg.worker.config import WorkerConfig, build_config
+from golemq_pg.worker.config import DeleteOn, WorkerConfig, WorkerOptions, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
 from golemq_pg.worker.eventloop import EventLoop
 from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
@@ -74,8 +70,6 @@ log = structlog.get_logger("golemq_pg.worker")
 P = TypeVar("P", bound=Mapping[str, Any])
 R = TypeVar("R")
 H = TypeVar("H", bound=Callable[..., object])
-#: When a finished job's row is deleted (``delete_on``): never, after success, or always.
-DeleteOn = Literal["never", "success", "always"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +110,13 @@ class TypedHandler(Generic[P]):
 class Worker:
     """Claims jobs from a :class:`~golemq_pg.store.port.JobStore` and runs their handlers.
 
-    Every option is validated here (``QueueConfigError``); README.md documents their meaning.
+    The keyword options are :class:`~golemq_pg.worker.config.WorkerOptions` (declared there
+    once; defaults: ``poll_interval=0.5, notify=True, batch_size=None, lease_duration=None,
+    lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
+    abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id=None,
+    resources=None, retention=None, observers=(), retry_strategy=None, delete_on="never",
+    listen_dsn=None``), each validated here (``QueueConfigError``); README.md documents
+    their meaning.
     Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
     lease_grace`` written once at claim, and a type without one gets ``lease_grace``
     renewed every ``lease_grace / 3`` while it runs (so long jobs are never reaped while
@@ -132,53 +132,12 @@ class Worker:
     (validated here; it needs ``notify=True``).
     """
 
-    def __init__(
-        self,
-        store: JobStore,
-        *,
-        poll_interval: Duration = 0.5,
-        notify: bool = True,
-        batch_size: int | None = None,
-        lease_duration: Duration | None = None,
-        lease_renew_interval: Duration | None = None,
-        lease_grace: Duration = 30,
-        base_backoff: Duration = 2,
-        max_backoff: Duration = 300,
-        abandon_grace: Duration = 5,
-        shutdown_grace: Duration = 15,
-        default_max_attempts: int = 3,
-        worker_id: str | None = None,
-        resources: Mapping[str, Resource] | None = None,
-        retention: Retention | None = None,
-        observers: Sequence[LifecycleObserver] = (),
-        retry_strategy: RetryStrategy | None = None,
-        delete_on: DeleteOn = "never",
-        listen_dsn: str | None = None,
-    ) -> None:
+    def __init__(self, store: JobStore, **options: Unpack[WorkerOptions]) -> None:
         for verb in ("job_claim", "job_complete_many", "lease_renew", "open_listener"):
             if not callable(getattr(store, verb, None)):
                 raise QueueConfigError("store must implement the JobStore port")
         self.store = store
-        self.config: WorkerConfig = build_config(
-            poll_interval=poll_interval,
-            notify=notify,
-            batch_size=batch_size,
-            lease_duration=lease_duration,
-            lease_renew_interval=lease_renew_interval,
-            lease_grace=lease_grace,
-            base_backoff=base_backoff,
-            max_backoff=max_backoff,
-            abandon_grace=abandon_grace,
-            shutdown_grace=shutdown_grace,
-            default_max_attempts=default_max_attempts,
-            worker_id=worker_id,
-            resources=resources,
-            retention=retention,
-            observers=observers,
-            retry_strategy=retry_strategy,
-            delete_on=delete_on,
-            listen_dsn=listen_dsn,
-        )
+        self.config: WorkerConfig = build_config(options)
         self._handlers = HandlerRegistry()
         self._state = "new"  # new -> running -> stopping -> stopped
         self._state_lock = threading.Lock()

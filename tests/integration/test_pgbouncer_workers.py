@@ -179,6 +179,7 @@ def test_three_workers_through_pgbouncer_run_every_feature_exactly_once(
         wait_until(lambda: finished("scoped") == SCOPES * PER_SCOPE, 60, what="scoped jobs done")
         wait_until(lambda: len(_query(pg_dsn, "SELECT 1 FROM {schema}.ticks", schema)) >= 2, 30,
                    what="two schedule ticks")
+        registered = queue.workers()
     finally:
         store.close()
 
@@ -193,7 +194,10 @@ def test_three_workers_through_pgbouncer_run_every_feature_exactly_once(
     for n in range(SCOPES):
         intervals = [(r[2], r[3]) for r in runs if r[1] == f"acct:{n}"]
         assert _overlap_at_most(intervals) == 1
-    assert len({r[4] for r in runs}) >= 2  # the work spread over processes
+    # Which process runs a scope's jobs is the claim's choice (a completing worker claims the
+    # scope's next job in its completion's transaction), so the spread is not asserted; every
+    # process registered and heartbeat through PgBouncer instead.
+    assert {w.pid for w in registered} == {proc.pid for proc, _, _ in procs}
     # The resource pool: never more than its concurrency in flight, across processes.
     gpu = _query(pg_dsn, "SELECT started_at, finished_at FROM {schema}.ledger "
                          "WHERE type = 'gpu'", schema)

@@ -20,12 +20,7 @@ def bare_runtime(*, batch_size: int | None = None,
                  resources: dict[str, Resource] | None = None,
                  handlers: Sequence[HandlerSpec] = ()) -> Runtime:
     """A Runtime as ``Worker`` builds it (nothing started), with the default options."""
-    config = build_config(
-        poll_interval=0.5, notify=True, batch_size=batch_size, lease_duration=None,
-        lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
-        abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id="w",
-        resources=resources, retention=None, observers=(), retry_strategy=None,
-    )
+    config = build_config({"batch_size": batch_size, "worker_id": "w", "resources": resources})
     return Runtime(config, InMemoryStore(), handlers=handlers, pools={}, tx_pools={})
 
 

@@ -6,6 +6,7 @@ must type-check.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, TypedDict
 
 from golemq_pg import (
@@ -133,3 +134,10 @@ def needs_transactional(store: TransactionalJobStore) -> None:
 def check_stores(pg: PostgresStore, memory: InMemoryStore) -> None:
     needs_transactional(pg)
     needs_transactional(memory)  # expect: arg-type
+
+
+# -- the Worker's options: names and types checked (WorkerOptions) -------------------------
+Worker(store, poll_interval=0.1, lease_grace=timedelta(seconds=5), delete_on="success")
+Worker(store, poll_intervall=0.1)  # expect: call-arg
+Worker(store, delete_on="sometimes")  # expect: arg-type
+Worker(store, notify="yes")  # expect: arg-type

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from golemq_pg import InMemoryStore, JobStatus, QueueConfigError, Resource, Retention, Worker
-from golemq_pg.worker.config import default_worker_id
+from golemq_pg.worker.config import WorkerConfig, WorkerOptions, default_worker_id
 
 
 def build(**options: Any) -> Worker:
@@ -70,6 +70,16 @@ def test_durations_accept_timedelta() -> None:
 def test_bad_options_raise_naming_the_option(option: str, value: Any, fragment: str) -> None:
     with pytest.raises(QueueConfigError, match=fragment):
         build(**{option: value})
+
+
+def test_an_unknown_option_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'poll_intervall'"):
+        build(poll_intervall=1)
+
+
+def test_every_declared_option_reaches_the_validated_config() -> None:
+    # WorkerOptions is the one declaration: each name it lists is a WorkerConfig field.
+    assert set(WorkerOptions.__annotations__) == set(WorkerConfig.__dataclass_fields__)
 
 
 def test_graces_and_backoffs_may_be_zero() -> None:
