@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import structlog
@@ -32,6 +32,10 @@ from golemq_pg.cli.base import (
     settings,
 )
 from golemq_pg.errors import TerminalJobError
+
+if TYPE_CHECKING:
+    from golemq_pg.queue import Queue
+    from golemq_pg.store.postgres import PostgresStore
 
 log = structlog.get_logger("golemq_pg.demo")
 
@@ -146,13 +150,8 @@ def build_worker() -> Any:
     return worker
 
 
-def _reset(store: Any, queue: Any) -> None:
-    """Start from an empty, migrated schema."""
-    drop = getattr(store, "drop_schema", None)
-    if callable(drop):
-        drop()
-        store.migrate()
-        return
+def _reset(store: PostgresStore, queue: Queue) -> None:
+    """Start from a migrated schema holding none of an earlier run's demo jobs."""
     store.migrate()
     queue.cancel_for_scope(DEMO_SCOPE, reason="demo reset")
     queue.prune(older_than=0)
