@@ -310,6 +310,18 @@ LOST_SWEEP_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryUpkeep:
+    """What one ``history_upkeep`` call did."""
+
+    #: History partitions created (PostgreSQL: one per status and day).
+    created: int = 0
+    #: Count deltas folded into the maintained counts.
+    folded: int = 0
+    #: Finished rows of an older release moved out of the live table.
+    moved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerBeat:
     """One worker's registry row as it writes it: at start, then every heartbeat."""
 
@@ -504,6 +516,13 @@ class JobStore(DashboardReads, Protocol):
 
     def job_payload(self, job_id: str) -> bytes | None:
         """One job's payload as its JSON encoding, or None when the job does not exist."""
+
+    def history_upkeep(self, days_ahead: int = 3, legacy_limit: int = 5_000) -> HistoryUpkeep:
+        """Keep the store's history in shape (run by the maintenance service): storage for
+        finished jobs made ``days_ahead`` days ahead, counters brought up to date, up to
+        ``legacy_limit`` finished jobs an older release left among the live ones moved out.
+        Idempotent and safe from any number of workers; a store without such upkeep does
+        nothing."""
 
     # -- worker registry ----------------------------------------------------------------------
     def worker_heartbeat(self, beat: WorkerBeat) -> int:

@@ -16,6 +16,11 @@
   batches of ``PRUNE_LIMIT``, one short statement each, back to back until the backlog is
   gone, with the other tasks running in between.
 
+* **history** (every ``HISTORY_INTERVAL`` seconds): ``history_upkeep`` makes the history's
+  storage days ahead, folds the maintained counts and moves an older release's finished
+  rows out of the live table, ``HISTORY_LEGACY_BATCH`` a call (back to back while any are
+  left). Any number of workers run it; the store makes it idempotent.
+
 * **heartbeat** (every :func:`heartbeat_interval`: ``4 * poll_interval`` between 1 s and
   10 s, so 2 s by default): the worker's row in the registry (``worker_heartbeat``: its
   handlers, how many jobs it holds, "running" or "stopping"), one small upsert that also
@@ -64,6 +69,11 @@ log = structlog.get_logger("golemq_pg.worker.maintenance")
 #: Most rows one reaper call recovers / one prune call deletes.
 REAP_LIMIT = 500
 PRUNE_LIMIT = 1_000
+#: The history upkeep's period, how many days of storage it keeps made ahead, and how many
+#: finished rows of an older release one call moves.
+HISTORY_INTERVAL = 5.0
+HISTORY_DAYS_AHEAD = 3
+HISTORY_LEGACY_BATCH = 5_000
 #: Most vanished leases looked up one by one to tell a cancel from a lost lease.
 LOOKUP_LIMIT = 50
 #: The ``last_error`` both stores write when the reaper recovers a job, by outcome; the
@@ -128,6 +138,7 @@ class Maintenance(Service):
             Task("reaper", min(max(poll, 0.1), 5.0), self.reap),
             Task("reconcile", max(poll, 0.05), self.reconcile),
             Task("schedules", min(max(poll, 0.1), 1.0), self.fire_schedules),
+            Task("history", HISTORY_INTERVAL, self.keep_history),
         ]
         if cfg.retention is not None:
             self.tasks.append(Task("retention", cfg.retention.sweep_interval, self.prune))
@@ -287,6 +298,14 @@ class Maintenance(Service):
         if not soonest:
             return None
         return max(min(soonest) + SCHEDULE_MARGIN, SCHEDULE_MIN_WAIT)
+
+    def keep_history(self) -> float | None:
+        """One ``history_upkeep``; at once again while an older release's rows are moving."""
+        done = self.runtime.store.history_upkeep(HISTORY_DAYS_AHEAD, HISTORY_LEGACY_BATCH)
+        if done.created or done.moved:
+            log.info("history_upkeep", worker_id=self.runtime.owner, created=done.created,
+                     moved=done.moved)
+        return 0.0 if done.moved >= HISTORY_LEGACY_BATCH else None
 
     def prune(self) -> float | None:
         """Delete finished rows older than the retention age: one bounded batch per call.

@@ -30,21 +30,10 @@ SELECT p.type, p.paused_at, p.reason FROM {schema}.paused_types p ORDER BY p.typ
 
 -- name: job_retry
 -- One dead letter back to PENDING, due now, attempts reset, last_error cleared (the attempt
--- history in "errors" is kept). Only a FAILED row changes; a keyed one stays FAILED while a
+-- history in "errors" is kept): revive_dead_letters (0008). A keyed one stays FAILED while a
 -- PENDING job holds its key (that job supersedes it; the pending-only unique index allows one).
-WITH upd AS (
-    UPDATE {schema}.jobs j
-       SET status = 'pending', attempts = 0, last_error = NULL, run_at = now(),
-           finished_at = NULL, updated_at = now()
-     WHERE j.id = %(id)s::bigint AND j.status = 'failed'
-       AND (j.dedupe_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM {schema}.jobs o
-                 WHERE o.type = j.type AND o.dedupe_key = j.dedupe_key
-                   AND o.status = 'pending'))
-    RETURNING j.id, j.type
-)
-SELECT u.id, pg_notify({schema}.channel_name('jobs'), json_build_array(u.type)::text)::text
-  FROM upd u
+SELECT r.id, pg_notify({schema}.channel_name('jobs'), json_build_array(r.type)::text)::text
+  FROM {schema}.revive_dead_letters(ARRAY[%(id)s::bigint]) r
 
 
 -- name: job_run_now

@@ -28,11 +28,16 @@ WITH RECURSIVE pend(type) AS (
       FROM pend p WHERE p.type IS NOT NULL
 ),
 fail(type) AS (
+    -- an older release's dead letters still in `jobs` (0008 moves them out)
     (SELECT j.type FROM {schema}.jobs j WHERE j.status = 'failed' ORDER BY j.type LIMIT 1)
     UNION ALL
     SELECT (SELECT j.type FROM {schema}.jobs j
              WHERE j.status = 'failed' AND j.type > f.type ORDER BY j.type LIMIT 1)
       FROM fail f WHERE f.type IS NOT NULL
+),
+dead AS (
+    -- the history's dead letters, counted exactly by the maintained counts (0008)
+    SELECT h.type, h.n FROM {schema}.history_totals h WHERE h.status = 'failed'
 ),
 run AS (
     SELECT j.type, count(*) AS n FROM {schema}.jobs j WHERE j.status = 'running' GROUP BY j.type
@@ -40,6 +45,7 @@ run AS (
 types AS (
     SELECT p.type FROM pend p WHERE p.type IS NOT NULL
     UNION SELECT f.type FROM fail f WHERE f.type IS NOT NULL
+    UNION SELECT d.type FROM dead d
     UNION SELECT r.type FROM run r
 )
 SELECT t.type,
@@ -54,9 +60,10 @@ SELECT t.type,
                                            AND j.run_at > now() LIMIT %(cap)s::bigint) x)
        END AS scheduled,
        coalesce((SELECT r.n FROM run r WHERE r.type = t.type), 0) AS running,
-       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
-                               WHERE j.status = 'failed' AND j.type = t.type
-                               LIMIT %(cap)s::bigint) x) AS failed,
+       coalesce((SELECT d.n FROM dead d WHERE d.type = t.type), 0)
+         + (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                                   WHERE j.status = 'failed' AND j.type = t.type
+                                   LIMIT %(cap)s::bigint) x) AS failed,
        extract(epoch FROM now() - CASE
            WHEN c.seen < %(cap)s::bigint THEN c.oldest
            -- A backlog past the cap: the oldest due run_at of each priority is the first
@@ -94,20 +101,23 @@ SELECT t.type,
 
 
 -- name: dashboard_estimated_rows
--- The planner's estimate of the jobs table's size (no scan); -1 before the first ANALYZE.
-SELECT coalesce(max(c.reltuples), -1)::float8
+-- The planner's estimate of how many jobs there are, live and kept (no scan): `jobs` and
+-- the history's partitions; -1 before the first ANALYZE.
+SELECT CASE WHEN bool_or(c.reltuples >= 0)
+            THEN sum(greatest(c.reltuples, 0)) ELSE -1 END::float8
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = %(schema)s::text AND c.relname = 'jobs'
+ WHERE n.nspname = %(schema)s::text AND c.relkind = 'r'
+   AND (c.relname = 'jobs' OR c.relname LIKE 'jobs\_history\_%%')
 
 
 -- name: dashboard_throughput
 -- Jobs finished per minute over the last "minutes" minutes (the current one last), zeros
--- included. Reads the finished_at range of jobs_finished_idx only.
+-- included. Reads the finished_at range of the history's recent partitions only.
 WITH f AS (
     SELECT date_trunc('minute', j.finished_at) AS at,
            count(*) FILTER (WHERE j.status = 'succeeded') AS ok,
            count(*) FILTER (WHERE j.status = 'failed') AS bad
-      FROM {schema}.jobs j
+      FROM {schema}.jobs_all j
      WHERE j.status IN ('succeeded', 'failed')
        AND j.finished_at >= date_trunc('minute', now())
                             - make_interval(mins => %(minutes)s::int - 1)
@@ -124,7 +134,7 @@ SELECT m.at, coalesce(f.ok, 0), coalesce(f.bad, 0)
 -- One page of jobs newest first, in the id range [floor, before): the range bounds the scan
 -- however rare the filter's matches are. NULL filters are no filters.
 SELECT {fragment_summary_columns}
-  FROM {schema}.jobs j
+  FROM {schema}.jobs_all j
  WHERE j.id < %(before)s::bigint AND j.id >= %(floor)s::bigint
    AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
    AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
@@ -138,17 +148,17 @@ SELECT {fragment_summary_columns}
 -- name: dashboard_jobs_top
 -- The id the first page starts below (the newest id + 1), and whether any id lies below
 -- "floor" (the next page's range is not empty). Two primary-key probes.
-SELECT coalesce((SELECT max(j.id) FROM {schema}.jobs j), 0) + 1,
-       EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id < %(floor)s::bigint)
+SELECT coalesce((SELECT max(j.id) FROM {schema}.jobs_all j), 0) + 1,
+       EXISTS (SELECT 1 FROM {schema}.jobs_all j WHERE j.id < %(floor)s::bigint)
 
 
 -- name: dashboard_dead_letters
 -- FAILED jobs grouped by (type, last_error): each type's newest "cap" dead letters (through
 -- jobs_failed_idx), and whether a type had more.
 WITH RECURSIVE fail(type) AS (
-    (SELECT j.type FROM {schema}.jobs j WHERE j.status = 'failed' ORDER BY j.type LIMIT 1)
+    (SELECT j.type FROM {schema}.jobs_all j WHERE j.status = 'failed' ORDER BY j.type LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.type FROM {schema}.jobs j
+    SELECT (SELECT j.type FROM {schema}.jobs_all j
              WHERE j.status = 'failed' AND j.type > f.type ORDER BY j.type LIMIT 1)
       FROM fail f WHERE f.type IS NOT NULL
 ),
@@ -158,7 +168,7 @@ picked AS (
       FROM fail f
      CROSS JOIN LATERAL (
             SELECT j.id, j.type, j.last_error, j.finished_at
-              FROM {schema}.jobs j
+              FROM {schema}.jobs_all j
              WHERE j.status = 'failed' AND j.type = f.type
              ORDER BY j.id DESC
              LIMIT %(cap)s::bigint + 1) d
@@ -174,27 +184,21 @@ SELECT p.type, p.last_error, count(*) FILTER (WHERE p.rn <= %(cap)s::bigint),
 
 -- name: dashboard_retry_dead_letters
 -- Every dead letter of one type with one last_error (NULL matches NULL) back to PENDING, due
--- now, attempts reset, as job_retry_failed does (keyed ones skipped when a PENDING job holds
--- their key; of one key's dead letters only the newest). One hint names the type.
+-- now, attempts reset, as job_retry_failed does (revive_dead_letters; keyed ones skipped when
+-- a PENDING job holds their key; of one key's dead letters only the newest). One hint names
+-- the type.
 WITH picked AS (
     SELECT j.id
-      FROM {schema}.jobs j
+      FROM {schema}.jobs_all j
      WHERE j.status = 'failed' AND j.type = %(type)s::text
        AND j.last_error IS NOT DISTINCT FROM %(error)s::text
        AND (j.dedupe_key IS NULL OR NOT EXISTS (
-                SELECT 1 FROM {schema}.jobs o
+                SELECT 1 FROM {schema}.jobs_all o
                  WHERE o.type = j.type AND o.dedupe_key = j.dedupe_key
                    AND (o.status = 'pending' OR (o.status = 'failed' AND o.id > j.id))))
-     ORDER BY j.id
-       FOR UPDATE SKIP LOCKED
 ),
 upd AS (
-    UPDATE {schema}.jobs j
-       SET status = 'pending', attempts = 0, last_error = NULL, run_at = now(),
-           finished_at = NULL, updated_at = now()
-      FROM picked p
-     WHERE j.id = p.id AND j.status = 'failed'
-    RETURNING j.id
+    SELECT r.id FROM {schema}.revive_dead_letters(ARRAY(SELECT p.id FROM picked p)) r
 ),
 agg AS (SELECT count(*) AS n FROM upd)
 SELECT a.n,

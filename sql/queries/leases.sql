@@ -115,7 +115,7 @@ RETURNING j.id
 -- lock re-checks status and expiry on the newest row version, so a job that completed after
 -- this statement's snapshot is never revived. The claim already counted the lost attempt:
 -- within budget the job is due again now; past it, it is dead-lettered without running
--- again. A keyed job superseded by a PENDING replacement is deleted. The last_error texts
+-- again (moved into jobs_history as FAILED, migration 0008). A keyed job superseded by a PENDING replacement is deleted. The last_error texts
 -- arrive as parameters (golemq_pg.store.port.LEASE_EXPIRED_ERROR / LEASE_EXHAUSTED_ERROR),
 -- so the two stores and the worker share one definition of them. A dead-lettered job of a
 -- type in delete_types (the reaping worker's handlers with delete_on "always") is deleted
@@ -145,27 +145,43 @@ erased AS (
     RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
               'failed-terminal'::text AS outcome
 ),
-moved AS (
+revived AS (
     UPDATE {schema}.jobs j
-       SET status = CASE WHEN e.exhausted THEN 'failed' ELSE 'pending' END,
-           run_at = CASE WHEN e.exhausted THEN j.run_at ELSE now() END,
-           finished_at = CASE WHEN e.exhausted THEN now() END,
-           last_error = CASE
-               WHEN e.exhausted THEN %(exhausted_error)s::text
-               ELSE %(expired_error)s::text END,
+       SET status = 'pending',
+           run_at = now(),
+           last_error = %(expired_error)s::text,
            errors = {schema}.append_attempt_error(
-               j.errors, j.attempts,
-               CASE WHEN e.exhausted THEN %(exhausted_error)s::text
-                    ELSE %(expired_error)s::text END,
-               NULL, %(history)s::int),
+               j.errors, j.attempts, %(expired_error)s::text, NULL, %(history)s::int),
            lease_owner = NULL,
            lease_expires_at = NULL,
            updated_at = now()
       FROM expired e
-     WHERE j.id = e.id AND NOT (e.superseded AND NOT e.exhausted)
-       AND NOT (e.exhausted AND j.type = ANY(%(delete_types)s::text[]))
-    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
-              CASE WHEN e.exhausted THEN 'failed-terminal' ELSE 'reclaimed' END AS outcome
+     WHERE j.id = e.id AND NOT e.exhausted AND NOT e.superseded
+    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts, 'reclaimed'::text AS outcome
+),
+-- Past the budget: the row moves into the history as FAILED (migration 0008).
+buried AS (
+    DELETE FROM {schema}.jobs j
+     USING expired e
+     WHERE j.id = e.id AND e.exhausted AND NOT j.type = ANY(%(delete_types)s::text[])
+    RETURNING j.*
+),
+dead AS (
+    INSERT INTO {schema}.jobs_history
+    SELECT b.id, b.type, b.payload, b.scope_type, b.scope_id, 'failed', b.priority, b.run_at,
+           b.attempts, b.max_attempts, %(exhausted_error)s::text, b.dedupe_key, NULL,
+           b.lease_token, NULL, b.schedule_key, b.progress, b.started_at, now(),
+           b.created_at, now(), b.result,
+           {schema}.append_attempt_error(b.errors, b.attempts, %(exhausted_error)s::text, NULL,
+                                         %(history)s::int),
+           b.tags, b.trace_context
+      FROM buried b
+    RETURNING id, type, scope_type, scope_id, attempts, 'failed-terminal'::text AS outcome
+),
+moved AS (
+    SELECT * FROM revived
+    UNION ALL
+    SELECT * FROM dead
 ),
 hint AS (
     SELECT {schema}.notify_jobs_done(array_agg(t.id))

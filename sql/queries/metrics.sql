@@ -4,15 +4,17 @@
 
 
 -- name: metrics_type_gauges
--- One row per job type: due and scheduled PENDING counts, RUNNING and FAILED counts (each
--- exact up to %(cap)s, else %(cap)s), the oldest due job's age, whether the type is paused.
+-- One row per job type: due and scheduled PENDING counts and the RUNNING count (each exact
+-- up to %(cap)s, else %(cap)s), the exact FAILED count, the oldest due job's age, whether
+-- the type is paused.
 --  * pairs: the distinct (type, priority) of the backlog, by a loose index scan of
 --    jobs_claim_idx (type, priority DESC, run_at, id): one descent per pair, however long
 --    the backlog. Per pair, run_at is the next index column, so the due rows (run_at <=
 --    now()) and the scheduled ones are two ranges, each read up to the cap, and the oldest
 --    due run_at is the first entry of the first range (one more descent).
---  * failed: the distinct types of jobs_failed_type_idx (0004) the same way, each type's
---    count read up to the cap: dead letters are often kept by the million.
+--  * failed: the history's maintained counts (history_totals, 0008: exact, a few rows per
+--    type whatever the history's size), plus an older release's dead letters still in
+--    `jobs` (found through jobs_failed_type_idx the same way, each type's read up to the cap).
 --  * running: live and expired leases, bounded by the workers' concurrency (jobs_running_idx).
 --  * a type with no such rows still gets a row (zeros) while it is paused or a live
 --    worker handles it, so its series drop to 0 rather than vanish.
@@ -72,13 +74,19 @@ failed_types(type) AS (
      WHERE ft.type IS NOT NULL
 ),
 failed AS (
-    SELECT ft.type,
-           (SELECT count(*) FROM (
-                SELECT 1 FROM {schema}.jobs j
-                 WHERE j.status = 'failed' AND j.type = ft.type
-                 LIMIT %(cap)s::int) f) AS failed
-      FROM failed_types ft
-     WHERE ft.type IS NOT NULL
+    -- the history's dead letters from the maintained counts (exact, 0008), plus an older
+    -- release's still in `jobs`, up to the cap
+    SELECT x.type, sum(x.n)::bigint AS failed
+      FROM (SELECT h.type, h.n FROM {schema}.history_totals h WHERE h.status = 'failed'
+            UNION ALL
+            SELECT ft.type,
+                   (SELECT count(*) FROM (
+                        SELECT 1 FROM {schema}.jobs j
+                         WHERE j.status = 'failed' AND j.type = ft.type
+                         LIMIT %(cap)s::int) f)
+              FROM failed_types ft
+             WHERE ft.type IS NOT NULL) x
+     GROUP BY x.type
 ),
 running AS (
     SELECT j.type, least(count(*), %(cap)s::int)::bigint AS running

@@ -53,3 +53,9 @@ SELECT pg_notify(%(channel)s::text, %(payload)s::text)
 -- The completion hint for jobs a statement deleted (a cancel): waiters on them raise at once
 -- instead of at their next poll. One NOTIFY, sent when the transaction commits.
 SELECT {schema}.notify_jobs_done(%(ids)s::bigint[])
+
+
+-- name: history_upkeep
+-- The maintenance service's upkeep of the history (migration 0008): day partitions made
+-- ahead, count deltas folded, an older release's finished rows moved out of `jobs`. JSON.
+SELECT {schema}.history_upkeep(%(days_ahead)s::int, %(legacy)s::int)

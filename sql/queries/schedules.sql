@@ -61,7 +61,7 @@ WITH waiting AS MATERIALIZED (
 )
 UPDATE {schema}.schedules s
    SET next_run_at = coalesce((SELECT j.finished_at + make_interval(secs => s.every_seconds)
-                                 FROM {schema}.jobs j
+                                 FROM {schema}.jobs_all j
                                 WHERE j.id = s.last_job_id), now()),
        updated_at = now()
   FROM waiting w

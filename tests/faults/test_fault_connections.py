@@ -33,7 +33,7 @@ def test_s04_sigstop_past_the_lease_then_sigcont(fault_env: FaultEnv) -> None:
     stopped_at = time.monotonic()
     thief = env.spawn("thief", [type_spec("stall")], worker=lease)
     # The victim's lease runs out; the thief's reaper takes the job back and runs it again.
-    wait_until(lambda: env.one("SELECT status FROM {s}.jobs WHERE id = %s", (int(job_id),))
+    wait_until(lambda: env.one("SELECT status FROM {s}.jobs_all WHERE id = %s", (int(job_id),))
                == "succeeded", timeout=30, what="the thief finished the job")
     stalled = time.monotonic() - stopped_at
     cont_at = env.db_now()
@@ -84,7 +84,7 @@ def test_s05_terminate_the_claim_and_renewal_connections(fault_env: FaultEnv) ->
     wait_until(lambda: env.status_counts() == {"succeeded": total}, timeout=60,
                what="every job succeeded")
     counts = env.check_invariants(expected=total, reaper_interval=0.1)
-    assert env.one("SELECT max(attempts) FROM {s}.jobs") == 1  # no lease was lost
+    assert env.one("SELECT max(attempts) FROM {s}.jobs_all") == 1  # no lease was lost
     assert counts["runs"] == total
     assert proc.alive()
     failures = len(proc.events("lease_renew_failed")) + len(proc.events("claim_failed"))

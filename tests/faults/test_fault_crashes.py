@@ -32,7 +32,7 @@ def test_s01_two_processes_four_threads_drain_5000_noop_jobs(fault_env: FaultEnv
     assert counts == {**counts, "succeeded": 5000, "runs": 5000, "extra_runs": 0}
     per_worker = dict(env.q("SELECT worker, count(*) FROM {s}.effects GROUP BY worker"))
     assert len(per_worker) == 2, per_worker  # both processes took part
-    assert env.one("SELECT max(attempts) FROM {s}.jobs") == 1
+    assert env.one("SELECT max(attempts) FROM {s}.jobs_all") == 1
     report("1 5k no-op jobs, 2 processes x 4 threads", seconds=round(seconds, 2),
            jobs_per_second=round(5000 / seconds), per_worker=per_worker, jobs_lost=0,
            duplicates=0)
@@ -41,10 +41,10 @@ def test_s01_two_processes_four_threads_drain_5000_noop_jobs(fault_env: FaultEnv
 def _recover(env: FaultEnv, victim_id: str, killed_at: float, count: int) -> float:
     """Wait until every job the victim held has succeeded; seconds since the kill."""
     held = [r[0] for r in env.q(
-        "SELECT id FROM {s}.jobs WHERE lease_owner = %s AND status = 'running'", (victim_id,))]
+        "SELECT id FROM {s}.jobs_all WHERE lease_owner = %s AND status = 'running'", (victim_id,))]
     assert len(held) == count, held
     wait_until(lambda: env.one(
-        "SELECT count(*) FROM {s}.jobs WHERE id = ANY(%s) AND status = 'succeeded'",
+        "SELECT count(*) FROM {s}.jobs_all WHERE id = ANY(%s) AND status = 'succeeded'",
         (held,)) == count, timeout=30, interval=0.02, what="the victim's jobs recovered")
     return time.monotonic() - killed_at
 
@@ -68,7 +68,7 @@ def test_s02_sigkill_a_worker_holding_a_claimed_batch(fault_env: FaultEnv) -> No
     rescuer.signal(signal.SIGCONT)
     recovery = _recover(env, victim.worker_id, killed_at, 8)
     counts = env.check_invariants(expected=8, reaper_interval=POLL)
-    attempts = env.q("SELECT attempts, count(*) FROM {s}.jobs GROUP BY attempts")
+    attempts = env.q("SELECT attempts, count(*) FROM {s}.jobs_all GROUP BY attempts")
     assert attempts == [(2, 8)]  # the killed claim counted once, the rescue once more
     assert rescuer.events("jobs_reaped")
     runs = dict(env.q("SELECT worker, count(*) FROM {s}.effects GROUP BY worker"))
@@ -92,13 +92,13 @@ def test_s03_sigkill_right_after_the_claim_commits(fault_env: FaultEnv) -> None:
     assert victim.wait(30) == -signal.SIGKILL
     killed_at = time.monotonic()
     assert env.one("SELECT count(*) FROM {s}.effects") == 0  # no handler started
-    claimed = env.one("SELECT count(*) FROM {s}.jobs WHERE lease_owner = %s",
+    claimed = env.one("SELECT count(*) FROM {s}.jobs_all WHERE lease_owner = %s",
                       (victim.worker_id,))
     assert claimed == 8
     rescuer.signal(signal.SIGCONT)
     recovery = _recover(env, victim.worker_id, killed_at, 8)
     counts = env.check_invariants(expected=8, reaper_interval=POLL)
-    assert env.q("SELECT attempts, count(*) FROM {s}.jobs GROUP BY attempts") == [(2, 8)]
+    assert env.q("SELECT attempts, count(*) FROM {s}.jobs_all GROUP BY attempts") == [(2, 8)]
     assert recovery < LEASE + POLL + 3.0, recovery
     report("3 SIGKILL right after the claim commits, before handlers start",
            recovery_seconds=round(recovery, 2), lease=LEASE, reaper_interval=POLL,
@@ -123,14 +123,14 @@ def test_s14_sigterm_with_jobs_in_flight_within_and_past_the_grace(fault_env: Fa
     signalled = time.monotonic()
     assert proc.terminate(timeout=30) == 0
     exit_seconds = time.monotonic() - signalled
-    status = dict(env.q("SELECT id::text, status FROM {s}.jobs"))
+    status = dict(env.q("SELECT id::text, status FROM {s}.jobs_all"))
     assert "running" not in status.values()  # none stuck RUNNING, no reaper needed
     assert status[finishes] == "succeeded"  # within the grace
     assert status[late] == "succeeded"  # finished after the signal: still a success
     assert status[cooperative] == "pending"  # signalled at the grace, released
     assert status[ignoring] == "pending"  # abandoned past abandon_grace, released
     assert all(status[b] == "pending" for b in buffered if b)  # given back at once
-    refunded = env.q("SELECT attempts, count(*) FROM {s}.jobs WHERE status = 'pending' "
+    refunded = env.q("SELECT attempts, count(*) FROM {s}.jobs_all WHERE status = 'pending' "
                      "GROUP BY attempts")
     assert refunded == [(0, 6)]  # released work does not burn an attempt
     assert exit_seconds < grace + abandon + 4.0

@@ -85,13 +85,13 @@ def test_s10_reaper_and_completion_on_the_same_expired_rows(fault_env: FaultEnv)
         ids = {j.id for j in jobs}
         assert not done & reaped  # a row is either completed or reclaimed, never both
         assert done | reaped <= ids
-        statuses = dict(env.q("SELECT id::text, status FROM {s}.jobs WHERE id = ANY(%s)",
+        statuses = dict(env.q("SELECT id::text, status FROM {s}.jobs_all WHERE id = ANY(%s)",
                               ([int(i) for i in ids],)))
         assert all(statuses[i] == "succeeded" for i in done)
         assert all(statuses[i] == "pending" for i in reaped)
         # A later reaper pass never revives what was completed.
         store.lease_recover_expired(1000)
-        assert all(env.one("SELECT status FROM {s}.jobs WHERE id = %s", (int(i),))
+        assert all(env.one("SELECT status FROM {s}.jobs_all WHERE id = %s", (int(i),))
                    == "succeeded" for i in list(done)[:5])
         completed_total += len(done)
         reaped_total += len(reaped)
@@ -122,7 +122,7 @@ def _cancel_latency(env: FaultEnv, worker: dict[str, Any], name: str) -> list[fl
     assert {r[1] for r in rows} == {"cancelled"}
     # Never resurrected: the rows stay gone and nothing runs them again.
     time.sleep(3 * worker["poll_interval"])
-    assert env.one("SELECT count(*) FROM {s}.jobs WHERE id = ANY(%s)",
+    assert env.one("SELECT count(*) FROM {s}.jobs_all WHERE id = ANY(%s)",
                    ([int(i) for i in ids if i],)) == 0
     assert env.one("SELECT count(*) FROM {s}.effects WHERE worker = %s",
                    (proc.worker_id,)) == 4
@@ -163,12 +163,12 @@ def test_s11_cancel_during_a_reaper_pass(fault_env: FaultEnv) -> None:
         at = env.db_now()
         cancels.append((job_id, env.queue.cancel(job_id), at))
     kept = [i for i in ids[1::2] if i]
-    wait_until(lambda: env.one("SELECT count(*) FROM {s}.jobs WHERE id = ANY(%s) AND "
+    wait_until(lambda: env.one("SELECT count(*) FROM {s}.jobs_all WHERE id = ANY(%s) AND "
                                "status = 'succeeded'", ([int(i) for i in kept],)) == 4,
                timeout=20)
     time.sleep(0.3)
     for job_id, removed, at in cancels:
-        row = env.q("SELECT status FROM {s}.jobs WHERE id = %s", (int(job_id),))
+        row = env.q("SELECT status FROM {s}.jobs_all WHERE id = %s", (int(job_id),))
         if removed:
             assert row == []  # never resurrected
             # Nothing touched the row after its delete: no reclaim, no claim, no write (the
@@ -214,7 +214,7 @@ def test_s12_claims_under_planner_variance_lease_exactly_what_they_return(
             jobs = bound.job_claim(request)
         returned = {j.id for j in jobs}
         leased = {str(r[0]) for r in env.q(
-            "SELECT id FROM {s}.jobs WHERE status = 'running' AND lease_owner = %s", (owner,))}
+            "SELECT id FROM {s}.jobs_all WHERE status = 'running' AND lease_owner = %s", (owner,))}
         assert leased == returned
         assert sum(j.type == "tiny" for j in jobs) <= 3
         assert sum(j.type == "tiny-scoped" for j in jobs) <= 2
@@ -231,7 +231,7 @@ def test_s12_claims_under_planner_variance_lease_exactly_what_they_return(
     wait_until(lambda: env.status_counts() == {"succeeded": 60}, timeout=60)
     counts = env.check_invariants(expected=60)
     # A row leased but not returned would only come back through the reaper: attempts 2.
-    assert env.one("SELECT max(attempts) FROM {s}.jobs") == 1
+    assert env.one("SELECT max(attempts) FROM {s}.jobs_all") == 1
     assert counts["runs"] == 60
     for proc in procs:
         assert proc.terminate() == 0

@@ -161,7 +161,7 @@ def test_s18_claims_keep_working_while_a_long_transaction_holds_xmin(
                      worker={"poll_interval": 0.2})
     holder = psycopg.connect(env.dsn, application_name=env.prefix + "-holder")
     holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    holder.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(env.schema)))
+    holder.execute(sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(env.schema)))
     xmin = env.one("SELECT backend_xmin::text FROM pg_stat_activity WHERE application_name = %s",
                    (env.prefix + "-holder",))
     assert xmin is not None
@@ -181,7 +181,7 @@ def test_s18_claims_keep_working_while_a_long_transaction_holds_xmin(
         last = 0
         while time.monotonic() - started < hold:
             time.sleep(1.0)
-            done = env.one("SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'")
+            done = env.one("SELECT count(*) FROM {s}.jobs_all WHERE status = 'succeeded'")
             per_second.append(int(done) - last)
             last = int(done)
         out = subprocess.run(
@@ -201,7 +201,7 @@ def test_s18_claims_keep_working_while_a_long_transaction_holds_xmin(
     assert stats["oldest_due_age_seconds"] >= hold * 0.9
     assert stats["oldest_due_age_seconds"] <= stats_age + 5
     assert stats["due_backlog"] >= 5
-    wait_until(lambda: env.one("SELECT count(*) FROM {s}.jobs WHERE type = 'flow' AND "
+    wait_until(lambda: env.one("SELECT count(*) FROM {s}.jobs_all WHERE type = 'flow' AND "
                                "status <> 'succeeded'") == 0, timeout=60)
     dead = env.one("SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = %s "
                    "AND relname = 'jobs'", (env.schema,))

@@ -68,16 +68,16 @@ def _noisy_lines(proc: WorkerProc) -> list[dict[str, Any]]:
 
 def _state(env: FaultEnv, job_id: str) -> tuple[str, int]:
     status, attempts = env.q(
-        "SELECT status, attempts FROM {s}.jobs WHERE id = %s", (int(job_id),))[0]
+        "SELECT status, attempts FROM {s}.jobs_all WHERE id = %s", (int(job_id),))[0]
     return str(status), int(attempts)
 
 
 def _back_to_work(env: FaultEnv, proc: WorkerProc, count: int) -> None:
     """``proc`` (now alone) runs ``count`` new jobs: it went back to work, same process."""
-    last = env.one("SELECT max(id) FROM {s}.jobs")
+    last = env.one("SELECT max(id) FROM {s}.jobs_all")
     env.queue.add_many("part", [{"after": n} for n in range(count)])
     wait_until(lambda: env.one(
-        "SELECT count(*) FROM {s}.jobs WHERE id > %s AND status = 'succeeded'",
+        "SELECT count(*) FROM {s}.jobs_all WHERE id > %s AND status = 'succeeded'",
         (last,)) == count, timeout=30, what="the partitioned worker works again")
     runs = env.q("SELECT DISTINCT pid FROM {s}.effects WHERE job_id > %s", (last,))
     assert runs == [(proc.pid,)]
@@ -235,10 +235,10 @@ def test_s20_a_partition_of_the_listen_connection_only(
 
 def _drain(env: FaultEnv, count: int, payload: dict[str, Any]) -> float:
     """Enqueue ``count`` jobs and wait until all succeeded; returns the seconds it took."""
-    before = env.one("SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'")
+    before = env.one("SELECT count(*) FROM {s}.jobs_all WHERE status = 'succeeded'")
     started = time.monotonic()
     env.queue.add_many("steady", [{**payload, "n": n} for n in range(count)])
-    wait_until(lambda: env.one("SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'")
+    wait_until(lambda: env.one("SELECT count(*) FROM {s}.jobs_all WHERE status = 'succeeded'")
                == before + count, timeout=120, what="the drain")
     return time.monotonic() - started
 
@@ -262,7 +262,7 @@ def test_s21_two_hundred_ms_of_round_trip_latency(fault_env: FaultEnv) -> None:
         # Jobs longer than the lease: only renewals through the latency keep them.
         long_jobs = _drain(env, 16, {"sleep": 2.5})
         counts = env.check_invariants(expected=416)
-        assert env.one("SELECT max(attempts) FROM {s}.jobs") == 1  # no lease was lost
+        assert env.one("SELECT max(attempts) FROM {s}.jobs_all") == 1  # no lease was lost
         assert counts["runs"] == 416  # no job ran twice
         noisy = [line for proc in procs for line in _noisy_lines(proc)]
         assert noisy == []  # nothing errored

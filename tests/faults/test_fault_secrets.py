@@ -50,7 +50,7 @@ def test_secrets_stay_out_of_worker_logs_across_a_crash(fault_env: FaultEnv) -> 
     assert '"level": "debug"' in text or '"level": "info"' in text
     assert CANARY not in text
     assert CANARY not in rescuer.output()
-    errors = [e for (e,) in env.q("SELECT last_error FROM {s}.jobs")]
+    errors = [e for (e,) in env.q("SELECT last_error FROM {s}.jobs_all")]
     assert len([e for e in errors if e]) >= 4
     assert not [e for e in errors if e and CANARY in e]
     report("secrets: canary in payloads vs worker logs (DEBUG) across a SIGKILL",

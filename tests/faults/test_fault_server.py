@@ -38,7 +38,7 @@ pytestmark = pytest.mark.faults
 
 def _succeeded(env: FaultEnv) -> int:
     try:
-        return int(env.one("SELECT count(*) FROM {s}.jobs WHERE status = 'succeeded'"))
+        return int(env.one("SELECT count(*) FROM {s}.jobs_all WHERE status = 'succeeded'"))
     except psycopg.Error:
         return -1
 

@@ -101,7 +101,7 @@ def test_bad_input_gets_the_same_error_from_both_queues_and_writes_nothing(
 def _count(dsn: str, schema: str) -> int:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema))
+            sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(schema))
         ).fetchone()
     assert row is not None
     return int(row[0])

@@ -30,7 +30,7 @@ def count_jobs(dsn: str, schema: str, status: str | None = None) -> int:
         exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{schema}.jobs"]).fetchone()
         if not exists or not exists[0]:
             return 0
-        query = sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema))
+        query = sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(schema))
         if status is not None:
             query = query + sql.SQL(" WHERE status = %s")
         row = conn.execute(query, [status] if status else []).fetchone()
@@ -94,7 +94,7 @@ def test_enqueue_prints_the_id_and_stores_every_option(pg_dsn: str, migrated: st
         row = conn.execute(
             sql.SQL(
                 "SELECT type, payload, scope_type, scope_id, dedupe_key, priority, max_attempts,"
-                " status, run_at > now() + interval '59 minutes' FROM {}.jobs WHERE id = %s"
+                " status, run_at > now() + interval '59 minutes' FROM {}.jobs_all WHERE id = %s"
             ).format(sql.Identifier(migrated)),
             [int(job_id)],
         ).fetchone()

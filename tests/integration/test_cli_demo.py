@@ -35,7 +35,7 @@ def _demo(pg_dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
 def _statuses(pg_dsn: str, schema: str) -> dict[str, int]:
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute(
-            sql.SQL("SELECT status, count(*) FROM {}.jobs GROUP BY status").format(
+            sql.SQL("SELECT status, count(*) FROM {}.jobs_all GROUP BY status").format(
                 sql.Identifier(schema)
             )
         ).fetchall()
@@ -98,7 +98,7 @@ def test_demo_worker_factory_runs_under_the_worker_command(pg_dsn: str, demo_sch
     assert proc.returncode == 0, stderr
     with psycopg.connect(pg_dsn) as conn:
         progress = conn.execute(
-            sql.SQL("SELECT progress FROM {}.jobs WHERE type = 'demo.slow'").format(
+            sql.SQL("SELECT progress FROM {}.jobs_all WHERE type = 'demo.slow'").format(
                 sql.Identifier(demo_schema)
             )
         ).fetchone()

@@ -166,7 +166,7 @@ def test_documented_grants_are_enough_for_the_runtime_role(pg_dsn: str, doc_sche
         assert ran.returncode == 0, ran.stderr
         with psycopg.connect(pg_dsn) as conn:
             row = conn.execute(
-                sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'succeeded'").format(
+                sql.SQL("SELECT count(*) FROM {}.jobs_all WHERE status = 'succeeded'").format(
                     sql.Identifier(doc_schema)
                 )
             ).fetchone()

@@ -40,7 +40,7 @@ def test_reject_never_admits_a_second_live_job_of_a_key(pg_store: PostgresStore)
 
     def sample() -> None:
         query = sql.SQL(
-            "SELECT dedupe_key, count(*) FROM {}.jobs WHERE status IN ('pending', 'running') "
+            "SELECT dedupe_key, count(*) FROM {}.jobs_all WHERE status IN ('pending', 'running') "
             "GROUP BY 1 HAVING count(*) > 1").format(schema)
         with psycopg.connect(pg_store.dsn or "", autocommit=True) as conn:
             while not stop.is_set():

@@ -55,7 +55,7 @@ def _spawn(dsn: str, schema: str, worker_id: str) -> subprocess.Popen[str]:
 
 def _count_succeeded(dsn: str, schema: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'succeeded'")
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}.jobs_all WHERE status = 'succeeded'")
                            .format(sql.Identifier(schema))).fetchone()
     assert row is not None
     return int(row[0])

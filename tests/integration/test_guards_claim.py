@@ -77,7 +77,7 @@ def _oldest_pending_per_scope(store: PostgresStore, job_type: str,
     # Every claimed job is running now; the oldest job of a scope is the one with min id.
     with store.pool.connection() as conn:
         rows = conn.execute(sql.SQL(
-            "SELECT scope_type, scope_id, min(id) FROM {}.jobs WHERE type = %s "
+            "SELECT scope_type, scope_id, min(id) FROM {}.jobs_all WHERE type = %s "
             "GROUP BY scope_type, scope_id").format(sql.Identifier(store.schema)),
             (job_type,)).fetchall()
     return {str(r[2]) for r in rows if Scope(r[0], r[1]) in scopes}
@@ -323,7 +323,7 @@ def _type_lock_key(store: PostgresStore, job_type: str) -> int:
 
 def _started_at(store: PostgresStore, job_id: str) -> Any:
     with store.pool.connection() as conn:
-        row = conn.execute(sql.SQL("SELECT started_at FROM {}.jobs WHERE id = %s").format(
+        row = conn.execute(sql.SQL("SELECT started_at FROM {}.jobs_all WHERE id = %s").format(
             sql.Identifier(store.schema)), (int(job_id),)).fetchone()
     assert row is not None
     return row[0]
@@ -385,7 +385,7 @@ def _window_start(store: PostgresStore) -> Any:
 
 def _other(store: PostgresStore, claimed: list[ClaimedJob]) -> str:
     with store.pool.connection() as conn:
-        rows = conn.execute(sql.SQL("SELECT id FROM {}.jobs WHERE id <> ALL(%s)").format(
+        rows = conn.execute(sql.SQL("SELECT id FROM {}.jobs_all WHERE id <> ALL(%s)").format(
             sql.Identifier(store.schema)), ([int(j.id) for j in claimed],)).fetchall()
     assert len(rows) == 1
     return str(rows[0][0])

@@ -48,8 +48,9 @@ def test_a_retried_dead_letter_runs_again_at_once_with_its_history_kept(
         history = '[{"attempt": 1, "at": "2026-01-01T00:00:00+00:00", "error": "x", ' \
                   '"worker_id": "w"}]'
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("UPDATE {}.jobs SET errors = %s::jsonb WHERE id = %s").format(
-                sql.Identifier(pg_store.schema)), (history, int(job_id)))
+            # a dead letter lives in the history (migration 0008)
+            conn.execute(sql.SQL("UPDATE {}.jobs_history SET errors = %s::jsonb WHERE id = %s")
+                         .format(sql.Identifier(pg_store.schema)), (history, int(job_id)))
         time.sleep(0.3)  # idle: the next poll is seconds away
         began = time.monotonic()
         assert queue.retry(job_id) is True

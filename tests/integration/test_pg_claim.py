@@ -106,7 +106,7 @@ def test_claim_leases_exactly_what_it_returns_under_planner_variance(
 
 def _count(pg_dsn: str, schema: str, where: str, *params: Any) -> int:
     with psycopg.connect(pg_dsn) as conn:
-        query = sql.SQL("SELECT count(*) FROM {}.jobs WHERE " + where).format(  # type: ignore[operator]
+        query = sql.SQL("SELECT count(*) FROM {}.jobs_all WHERE " + where).format(  # type: ignore[operator]
             sql.Identifier(schema)
         )
         row = conn.execute(query, params or None).fetchone()

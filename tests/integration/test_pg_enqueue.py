@@ -55,7 +55,8 @@ def _race(n: int, fn: Callable[[int], T]) -> list[T]:
 def _rows(pg_dsn: str, schema: str, where: str = "true") -> list[tuple[Any, ...]]:
     with psycopg.connect(pg_dsn) as conn:
         query = sql.SQL(
-            "SELECT id, status, payload, dedupe_key FROM {}.jobs WHERE " + where + " ORDER BY id"
+            "SELECT id, status, payload, dedupe_key FROM {}.jobs_all WHERE " + where
+            + " ORDER BY id"
         ).format(sql.Identifier(schema))
         return conn.execute(query).fetchall()
 

@@ -220,7 +220,7 @@ def test_an_upgraded_0001_schema_keeps_its_jobs_and_equals_a_fresh_one(
     with psycopg.connect(pg_dsn) as conn:
         assert conn.execute(_schema_sql(_ROW_PROJECTION, schema)).fetchall() == before
         new_columns = conn.execute(_schema_sql(
-            "SELECT count(*) FROM {s}.jobs WHERE result IS NULL AND errors IS NULL "
+            "SELECT count(*) FROM {s}.jobs_all WHERE result IS NULL AND errors IS NULL "
             "AND tags IS NULL AND trace_context IS NULL", schema)).fetchone()
         assert new_columns == (len(before),)
         upgraded, fresh = _catalog(conn, schema), _catalog(conn, other_schema)

@@ -59,14 +59,17 @@ def counting_store(pg_dsn: str, schema: str) -> Iterator[PruneCountingStore]:
 
 
 def _backdate(dsn: str, schema: str, ids: list[str]) -> None:
-    """Make rows look finished two hours ago (whatever their status)."""
+    """Make rows look finished two hours ago (whatever their status): live rows in `jobs`,
+    finished ones in the history (where the update may move them to an older day's
+    partition, its counts following)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("UPDATE {}.jobs SET finished_at = now() - interval '2 hours', "
-                    "created_at = now() - interval '3 hours' WHERE id = ANY(%s::bigint[])")
-            .format(sql.Identifier(schema)),
-            ([int(i) for i in ids],),
-        )
+        for table in ("jobs", "jobs_history"):
+            conn.execute(
+                sql.SQL("UPDATE {}.{} SET finished_at = now() - interval '2 hours', "
+                        "created_at = now() - interval '3 hours' WHERE id = ANY(%s::bigint[])")
+                .format(sql.Identifier(schema), sql.Identifier(table)),
+                ([int(i) for i in ids],),
+            )
 
 
 def _history(store: PostgresStore, queue: Queue, dsn: str) -> dict[str, list[str]]:
@@ -114,7 +117,7 @@ def test_retention_sweeps_delete_only_what_they_should_in_batches(
     # must skip it instead of waiting, and get it on a later sweep.
     locked_id = made["old_ok"][0]
     holder = psycopg.connect(pg_dsn)
-    holder.execute(sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE")
+    holder.execute(sql.SQL("SELECT 1 FROM {}.jobs_history WHERE id = %s FOR UPDATE")
                    .format(sql.Identifier(store.schema)), (int(locked_id),))
 
     worker = Worker(store, poll_interval=0.05, retention=Retention(

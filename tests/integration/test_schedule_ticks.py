@@ -66,7 +66,7 @@ def test_three_worker_processes_make_one_job_per_one_second_tick(
         # Let the last jobs finish before stopping the workers.
         deadline = time.monotonic() + 20
         while True:
-            live = _query(pg_dsn, schema, "SELECT count(*) FROM {schema}.jobs "
+            live = _query(pg_dsn, schema, "SELECT count(*) FROM {schema}.jobs_all "
                                           "WHERE status IN ('pending', 'running')")[0][0]
             if live == 0:
                 break
@@ -76,7 +76,7 @@ def test_three_worker_processes_make_one_job_per_one_second_tick(
     finally:
         kill_leftovers(procs)
     jobs = _query(pg_dsn, schema, "SELECT id::text, status, run_at, created_at, schedule_key "
-                                  "FROM {schema}.jobs ORDER BY run_at, id")
+                                  "FROM {schema}.jobs_all ORDER BY run_at, id")
     assert {row[4] for row in jobs} == {"tick"}
     assert Counter(row[1] for row in jobs) == {"succeeded": len(jobs)}
     run_ats = [row[2] for row in jobs]

@@ -48,7 +48,7 @@ def _named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
 def _stored_contexts(dsn: str, schema: str) -> dict[str, Any]:
     """Job id -> the trace_context column, read from the table."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(sql.SQL("SELECT id, trace_context, payload FROM {}.jobs")
+        rows = conn.execute(sql.SQL("SELECT id, trace_context, payload FROM {}.jobs_all")
                             .format(sql.Identifier(schema))).fetchall()
     for _id, _context, payload in rows:
         assert "traceparent" not in payload

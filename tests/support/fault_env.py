@@ -153,7 +153,7 @@ class FaultEnv:
 
     def status_counts(self) -> dict[str, int]:
         return {s: int(n) for s, n in self.q(
-            "SELECT status, count(*) FROM {s}.jobs GROUP BY status")}
+            "SELECT status, count(*) FROM {s}.jobs_all GROUP BY status")}
 
     def effects(self) -> list[tuple[Any, ...]]:
         """(job_id, attempt, token, worker, pid, started_at, finished_at, outcome, reason)."""
@@ -278,7 +278,7 @@ class FaultEnv:
         """
         rows = self.q(
             "SELECT id, status, attempts, max_attempts, lease_expires_at, "
-            "lease_expires_at < now() - make_interval(secs => %s) FROM {s}.jobs",
+            "lease_expires_at < now() - make_interval(secs => %s) FROM {s}.jobs_all",
             (reaper_interval + slack,),
         )
         # I1: nothing lost, nothing stuck.
@@ -356,7 +356,7 @@ class FaultEnv:
             assert not doubles, f"I2: jobs with two successful effects: {doubles[:5]}"
         # A job that succeeded was run by the holder of its final lease.
         unrun = self.q(
-            "SELECT j.id FROM {s}.jobs j WHERE j.status = 'succeeded' AND NOT EXISTS ("
+            "SELECT j.id FROM {s}.jobs_all j WHERE j.status = 'succeeded' AND NOT EXISTS ("
             "SELECT 1 FROM {s}.effects e WHERE e.job_id = j.id AND e.token = j.lease_token)"
         )
         assert not unrun, f"I2: succeeded jobs with no run under their final lease: {unrun[:5]}"

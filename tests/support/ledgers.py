@@ -61,6 +61,6 @@ def job_rows(dsn: str, schema: str) -> list[tuple[Any, ...]]:
     """(id, status, attempts, lease_owner, last_error) of every job."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(
-            sql.SQL("SELECT id::text, status, attempts, lease_owner, last_error FROM {}.jobs "
+            sql.SQL("SELECT id::text, status, attempts, lease_owner, last_error FROM {}.jobs_all "
                     "ORDER BY id").format(sql.Identifier(schema))
         ).fetchall()

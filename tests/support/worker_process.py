@@ -227,7 +227,7 @@ class Ledgers:
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)").format(s)
         self.fault_start = sql.SQL(
             "INSERT INTO {s}.effects (job_id, attempt, token, worker, pid, type, scope, tag) "
-            "SELECT %(id)s, %(attempt)s, (SELECT lease_token FROM {s}.jobs WHERE id = %(id)s "
+            "SELECT %(id)s, %(attempt)s, (SELECT lease_token FROM {s}.jobs_all WHERE id = %(id)s "
             "AND lease_owner = %(worker)s AND status = 'running'), %(worker)s, %(pid)s, "
             "%(type)s, %(scope)s, %(tag)s "
             "RETURNING run_id, (SELECT count(*) FROM {s}.effects WHERE job_id = %(id)s)"

@@ -2,8 +2,9 @@
 
 Private to :mod:`golemq_pg.store.memory`; a base of :class:`InMemoryStore`, whose lock, jobs
 table, paused types and worker registry it reads. Same semantics as
-``sql/queries/metrics.sql``: counts capped at ``cap``, a type listed when it has backlog,
-running or failed rows, is paused, or a live worker handles it.
+``sql/queries/metrics.sql``: backlog and running counts capped at ``cap`` (dead letters
+exact: PostgreSQL reads them from the history's maintained counts), a type listed when it
+has backlog, running or failed rows, is paused, or a live worker handles it.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ class MetricsVerbs:
                     listed.update(worker.beat.handlers)
             found: list[TypeGauges] = []
             for name in sorted(listed):
-                pending, scheduled, running, failed = (
-                    min(n, cap) for n in counts.get(name, [0, 0, 0, 0])
+                pending, scheduled, running = (
+                    min(n, cap) for n in counts.get(name, [0, 0, 0, 0])[:_FAILED]
                 )
+                failed = counts.get(name, [0, 0, 0, 0])[_FAILED]
                 due = oldest.get(name)
                 found.append(TypeGauges(
                     type=name, pending=pending, scheduled=scheduled, running=running,

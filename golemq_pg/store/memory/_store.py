@@ -51,6 +51,7 @@ from golemq_pg.store.port import (
     EnqueueResult,
     FailItem,
     FindParams,
+    HistoryUpkeep,
     LeaseRef,
     NextTick,
     Notification,
@@ -506,6 +507,12 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             else:
                 raise ValueError("job_prune needs a cut-off: before= or age=")
             return admin.prune(self._jobs, statuses, cutoff, limit)
+
+    def history_upkeep(self, days_ahead: int = 3, legacy_limit: int = 5_000) -> HistoryUpkeep:
+        """Nothing to keep: the in-memory store's history is its dict (and its counts are
+        counted)."""
+        del days_ahead, legacy_limit
+        return HistoryUpkeep()
 
     # -- schedules --------------------------------------------------------------------------
     def schedule_upsert(self, params: ScheduleParams) -> None:

@@ -188,7 +188,8 @@ def job_prune(
     age: float | None,
     limit: int | None = None,
 ) -> Plan[int]:
-    """Delete finished rows older than the cut-off (``before`` or ``age`` seconds)."""
+    """Delete finished rows older than the cut-off (``before`` or ``age`` seconds): the
+    history's day partitions wholly before it dropped, the rest swept (``history_prune``)."""
     if before is None and age is None:
         raise ValueError("job_prune needs before or age")
     args = {
@@ -197,7 +198,7 @@ def job_prune(
         "age": None if age is None else float(age),
         "limit": limit,
     }
-    return max(int((yield Count(ctx.queries["job_prune"], args))), 0)
+    return max(int((yield Rows(ctx.queries["job_prune"], args, prepare=False))[0][0]), 0)
 
 
 def now(ctx: PlanContext) -> Plan[datetime]:

@@ -37,6 +37,7 @@ from golemq_pg.store.port import (
     EnqueueParams,
     EnqueueResult,
     FailItem,
+    HistoryUpkeep,
     LeaseRef,
     Listener,
     Reclaimed,
@@ -347,6 +348,15 @@ class PostgresStore(
             "lease_recover_expired",
             lambda: [rows.reclaimed(r) for r in self._fetch("lease_recover_expired", args)],
             once=self._bound is not None)
+
+    def history_upkeep(self, days_ahead: int = 3, legacy_limit: int = 5_000) -> HistoryUpkeep:
+        """``history_upkeep()`` (migration 0008): the history's day partitions for yesterday
+        to ``days_ahead`` days ahead, the count deltas folded, up to ``legacy_limit`` finished
+        rows of an older release moved out of ``jobs``."""
+        args = {"days_ahead": max(int(days_ahead), 0), "legacy": max(int(legacy_limit), 0)}
+        done = self._fetch("history_upkeep", args)[0][0]
+        return HistoryUpkeep(created=int(done["created"]), folded=int(done["folded"]),
+                             moved=int(done["moved"]))
 
     def job_progress(self, owner: str, item: LeaseRef, progress: float | dict[str, Any]) -> bool:
         """Persist progress for a held lease."""
