@@ -84,25 +84,42 @@ def loops_over(plans: list[Plan], relation: str) -> list[Plan]:
 def vacuumed_while_idle(store: PostgresStore, dsn: str, *, finished: int, running: int,
                         scoped: bool = False) -> list[ClaimedJob]:
     """Put the store's jobs table in the state autovacuum leaves after an idle period, then
-    start a drain: ``finished`` succeeded rows, ``running`` jobs added and drained once (their
+    start a drain: ``finished`` succeeded rows (in the history, migration 0008, as the
+    completions put them), ``running`` jobs added and drained once (their
     rows passed through the indexes on running rows), ``running`` more added, ``VACUUM
     ANALYZE`` while none runs (the statistics say no row is running, the partial indexes on
     running rows are empty), then those ``running`` jobs claimed by owner "w" (returned, in
     claim order). ``scoped``: each job in a scope of its own (("s", "r<n>"))."""
     jobs = sql.Identifier(store.schema, "jobs")
+    history = sql.Identifier(store.schema, "jobs_history")
     slots = [TypeSlots(type="work", limit=running, lease_seconds=300)]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL(
-            "INSERT INTO {} (type, payload, status, attempts, lease_token, finished_at)"
-            " SELECT 'work', '{{}}', 'succeeded', 1, 1, now() FROM generate_series(1, %s)"
-        ).format(jobs), [finished])
+            "INSERT INTO {} (id, type, payload, status, priority, run_at, attempts,"
+            " max_attempts, lease_token, finished_at, created_at, updated_at)"
+            " SELECT nextval(pg_get_serial_sequence(%s, 'id')), 'work', '{{}}', 'succeeded', 0,"
+            " now(), 1, 3, 1, now(), now(), now() FROM generate_series(1, %s)"
+        ).format(history), [f'"{store.schema}".jobs', finished])
         _add_work(store, conn, running, scoped)
         store.job_complete_many("w0", store.job_claim(ClaimRequest(owner="w0", types=slots)))
         _add_work(store, conn, running, scoped)
-        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(jobs))
+        conn.execute(sql.SQL("VACUUM ANALYZE {}, {}").format(jobs, history))
     claimed = store.job_claim(ClaimRequest(owner="w", types=slots))
     assert len(claimed) == running
     return claimed
+
+
+def forget_statistics(dsn: str, schema: str) -> None:
+    """What a statistics reset leaves: no planner statistics for any table of ``schema``
+    (``pg_statistic`` rows deleted, sizes unknown) and the activity counters zeroed. Needs a
+    superuser: only on a throwaway cluster (tests/plugins/clusters.py)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pg_statistic WHERE starelid IN (SELECT c.oid FROM pg_class c"
+                     " WHERE c.relnamespace = %s::regnamespace)", [schema])
+        conn.execute("UPDATE pg_class SET reltuples = -1, relpages = 0"
+                     " WHERE relnamespace = %s::regnamespace AND relkind IN ('r', 'p')",
+                     [schema])
+        conn.execute("SELECT pg_stat_reset()")
 
 
 def _add_work(store: PostgresStore, conn: psycopg.Connection[Any], n: int,
