@@ -120,10 +120,11 @@ def procs(pg_store: PostgresStore, pg_dsn: str, tmp_path: Path) -> Iterator[Proc
 
 
 def query(dsn: str, schema: str, text: str, params: tuple[Any, ...] = ()) -> list[Any]:
-    """Run ``text`` with {ledger} and {jobs} bound to the test's tables."""
+    """Run ``text`` with {ledger} and {jobs} (every job, live or finished) bound to the
+    test's tables."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         stmt = sql.SQL(text).format(
-            ledger=sql.Identifier(schema, "ledger"), jobs=sql.Identifier(schema, "jobs"))
+            ledger=sql.Identifier(schema, "ledger"), jobs=sql.Identifier(schema, "jobs_all"))
         return conn.execute(stmt, params).fetchall()
 
 
