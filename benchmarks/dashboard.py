@@ -4,7 +4,9 @@ A jobs table of N rows (1,000,000 in a full run) is generated with one INSERT ..
 generate_series in golemq-pg's table shape, mixed as a long-running queue looks: 95%
 succeeded (finished over the last days, about two a second, so the last hour holds ~7,000),
 3% due, 1% scheduled, 0.9% dead letters over five error texts, 0.1% running, 10% tagged,
-twenty types plus one rare type (10 rows per million). Then every route is requested in
+twenty types plus one rare type (10 rows per million). The finished rows are then moved
+into the history, where golemq-pg keeps them (migration 0008: its day partitions made first,
+the counts folded), as a running queue's completions put them. Then every route is requested in
 process through httpx's ASGI transport (the app, its templates and its queries; no network),
 round after round; the figure per route is its median, in milliseconds.
 """
@@ -44,12 +46,28 @@ SELECT CASE WHEN i %% 100000 = 7 THEN 'rare' ELSE 'type.' || (i %% 20) END,
 """
 
 
+_TO_HISTORY = """
+SELECT {ensure}(s, {day}(now()) - k)
+  FROM unnest(ARRAY['succeeded', 'failed']) AS s,
+       generate_series(0, ceil(%(n)s::bigint * 0.5 / 86400)::int + 1) AS k
+"""
+
+
 def fill(box: Sandbox, n: int) -> None:
-    """Generate the scenario's ``n`` rows in ``box`` (a migrated schema), then ANALYZE."""
-    jobs = sql.Identifier(box.schema_name, "jobs")
+    """Generate the scenario's ``n`` rows in ``box`` (a migrated schema), move the finished
+    ones into the history, then VACUUM ANALYZE."""
+    def name(relation: str) -> sql.Identifier:
+        return sql.Identifier(box.schema_name, relation)
+
     with psycopg.connect(box.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL(_FILL).format(jobs=jobs), {"n": n})
-        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(jobs))
+        conn.execute(sql.SQL(_FILL).format(jobs=name("jobs")), {"n": n})
+        conn.execute(sql.SQL(_TO_HISTORY).format(
+            ensure=name("history_ensure_partition"), day=name("history_day")), {"n": n})
+        conn.execute(sql.SQL("SELECT {}(%(n)s::int)").format(name("history_move_legacy")),
+                     {"n": n})
+        conn.execute(sql.SQL("SELECT {}()").format(name("history_fold_counts")))
+        for table in ("jobs", "jobs_history", "history_counts"):
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(name(table)))
 
 
 def routes(newest_id: int) -> dict[str, str]:

@@ -65,16 +65,23 @@ SELECT %(type)s, jsonb_build_object('i', g)
 """
 
 #: Jobs that ran once and succeeded, finished over the past 30 days (the shape of
-#: benchmarks/bigtable.py's finished rows): a long-running queue's kept history.
+#: benchmarks/bigtable.py's finished rows): a long-running queue's kept history, where
+#: golemq-pg keeps it (migration 0008: jobs_history, a partition per status and day, made
+#: first as the maintenance service would have; ids from the jobs table's identity).
+_MAKE_HISTORY_DAYS = """
+SELECT {ensure}('succeeded', {day}(now()) - k) FROM generate_series(0, 31) AS k
+"""
 _FILL_FINISHED = """
-INSERT INTO {jobs} (type, payload, status, attempts, lease_token, run_at, started_at,
-                    finished_at, created_at, updated_at)
-SELECT %(type)s, jsonb_build_object('i', g), 'succeeded', 1, 1, t, t, t, t, t
+INSERT INTO {history} (id, type, payload, status, priority, run_at, attempts, max_attempts,
+                       lease_token, started_at, finished_at, created_at, updated_at)
+SELECT nextval(pg_get_serial_sequence(format('%%I.jobs', %(schema)s::text), 'id')),
+       %(type)s, jsonb_build_object('i', g),
+       'succeeded', 0, t, 1, 3, 1, t, t, t, t
   FROM (SELECT g, now() - interval '1 hour' - (g %% 2592000) * interval '1 second' AS t
           FROM generate_series(1, %(n)s::bigint) AS g) AS finished
 """
 
-_COUNT_FINISHED = "SELECT count(*) FROM {jobs} WHERE status = 'succeeded'"
+_COUNT_FINISHED = "SELECT count(*) FROM {all} WHERE status = 'succeeded'"
 
 _INSERT_ONE = "INSERT INTO {jobs} (type, payload) VALUES (%(type)s, %(payload)s::jsonb)"
 _COPY = "COPY {jobs} (type, payload) FROM STDIN"
@@ -90,8 +97,13 @@ class _Statements:
         self.complete = sql.SQL(_COMPLETE).format(jobs=jobs)
         self.fill = sql.SQL(_FILL).format(jobs=jobs)
         self.fill_range = sql.SQL(_FILL_RANGE).format(jobs=jobs)
-        self.fill_finished = sql.SQL(_FILL_FINISHED).format(jobs=jobs)
-        self.count_finished = sql.SQL(_COUNT_FINISHED).format(jobs=jobs)
+        self.make_history_days = sql.SQL(_MAKE_HISTORY_DAYS).format(
+            ensure=sql.Identifier(schema, "history_ensure_partition"),
+            day=sql.Identifier(schema, "history_day"))
+        self.fill_finished = sql.SQL(_FILL_FINISHED).format(
+            history=sql.Identifier(schema, "jobs_history"))
+        self.count_finished = sql.SQL(_COUNT_FINISHED).format(
+            all=sql.Identifier(schema, "jobs_all"))
         self.insert_one = sql.SQL(_INSERT_ONE).format(jobs=jobs)
         self.copy = sql.SQL(_COPY).format(jobs=jobs)
         self.channel = sql.SQL(_CHANNEL).format(fn=sql.Identifier(schema, "channel_name"))
@@ -135,11 +147,13 @@ def fill_golemq_table(box: Sandbox, n: int) -> None:
 
 
 def fill_golemq_history(box: Sandbox, n: int) -> None:
-    """Insert ``n`` finished (succeeded) no-op jobs into golemq-pg's table in ``box`` in one
-    statement: the kept history of a queue that has run for a while (not analyzed here)."""
+    """Insert ``n`` finished (succeeded) no-op jobs into golemq-pg's history in ``box`` in one
+    statement (its day partitions made first): the kept history of a queue that has run for a
+    while (not analyzed here)."""
     q = _Statements(box.schema_name)
     with psycopg.connect(box.dsn, autocommit=True) as conn:
-        conn.execute(q.fill_finished, {"type": JOB_TYPE, "n": n})
+        conn.execute(q.make_history_days)
+        conn.execute(q.fill_finished, {"type": JOB_TYPE, "n": n, "schema": box.schema_name})
 
 
 def count_golemq_finished(box: Sandbox) -> int:

@@ -34,6 +34,8 @@
 -- view, and to the moves below (complete_jobs*, fail_jobs, history_move_legacy,
 -- revive_dead_letters, and the reaper in sql/queries/leases.sql), which list them in order.
 
+-- priority, attempts and max_attempts copy the integer columns of `jobs` (values the API
+-- bounds to 32 bits), so the history keeps their type (squawk-ignore on each).
 CREATE TABLE jobs_history (
     id               bigint      NOT NULL,
     type             text        NOT NULL,
@@ -41,9 +43,12 @@ CREATE TABLE jobs_history (
     scope_type       text,
     scope_id         text,
     status           text        NOT NULL CHECK (status IN ('succeeded', 'failed')),
+    -- squawk-ignore prefer-bigint-over-int
     priority         integer     NOT NULL,
     run_at           timestamptz NOT NULL,
+    -- squawk-ignore prefer-bigint-over-int
     attempts         integer     NOT NULL,
+    -- squawk-ignore prefer-bigint-over-int
     max_attempts     integer     NOT NULL,
     last_error       text,
     dedupe_key       text,

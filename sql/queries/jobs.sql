@@ -193,10 +193,18 @@ SELECT j.payload::text FROM {schema}.jobs_all j WHERE j.id = %(id)s::bigint
 
 
 -- name: job_count_by_status
--- Live rows counted in `jobs` (the backlog: history left it, migration 0008), finished ones
--- read from the maintained counts: exact, and as fast at 10M finished rows as at none.
+-- Live rows counted in `jobs` (the backlog: history left it, migration 0008), each status
+-- through its partial index (index-only where the visibility map allows), finished ones
+-- read from the maintained counts (plus an older release's rows not moved yet): exact, and
+-- as fast at 10M finished rows as at none.
 SELECT c.status, sum(c.n)::bigint
-  FROM (SELECT j.status, count(*) AS n FROM {schema}.jobs j GROUP BY j.status
+  FROM (SELECT 'pending' AS status, count(*) AS n
+          FROM {schema}.jobs j WHERE j.status = 'pending'
+        UNION ALL
+        SELECT 'running', count(*) FROM {schema}.jobs j WHERE j.status = 'running'
+        UNION ALL
+        SELECT j.status, count(*) FROM {schema}.jobs j
+         WHERE j.status IN ('succeeded', 'failed') GROUP BY j.status
         UNION ALL
         SELECT t.status, t.n FROM {schema}.history_totals t) c
  GROUP BY c.status
@@ -206,16 +214,18 @@ SELECT c.status, sum(c.n)::bigint
 -- Mutually exclusive buckets: a PENDING job is either due (pending) or in the future
 -- (scheduled, which includes retry backoff). Live rows are counted in `jobs`, finished ones
 -- (and an older release's finished rows not moved yet) added from the maintained counts.
-SELECT count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS pending,
-       count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now())  AS scheduled,
-       count(*) FILTER (WHERE j.status = 'running')                       AS running,
-       count(*) FILTER (WHERE j.status = 'succeeded')
-         + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
-                      WHERE t.status = 'succeeded'), 0)                  AS succeeded,
-       count(*) FILTER (WHERE j.status = 'failed')
-         + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
-                      WHERE t.status = 'failed'), 0)                     AS failed
-  FROM {schema}.jobs j
+SELECT p.pending, p.scheduled,
+       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'running') AS running,
+       f.succeeded + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
+                                WHERE t.status = 'succeeded'), 0) AS succeeded,
+       f.failed + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
+                             WHERE t.status = 'failed'), 0) AS failed
+  FROM (SELECT count(*) FILTER (WHERE j.run_at <= now()) AS pending,
+               count(*) FILTER (WHERE j.run_at > now()) AS scheduled
+          FROM {schema}.jobs j WHERE j.status = 'pending') p,
+       (SELECT count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
+               count(*) FILTER (WHERE j.status = 'failed') AS failed
+          FROM {schema}.jobs j WHERE j.status IN ('succeeded', 'failed')) f
 
 
 -- name: job_stats_by_type
@@ -224,12 +234,20 @@ SELECT count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS pen
 SELECT c.type, sum(c.pending)::bigint, sum(c.scheduled)::bigint, sum(c.running)::bigint,
        sum(c.succeeded)::bigint, sum(c.failed)::bigint
   FROM (SELECT j.type,
-               count(*) FILTER (WHERE j.status = 'pending' AND j.run_at <= now()) AS pending,
-               count(*) FILTER (WHERE j.status = 'pending' AND j.run_at > now())  AS scheduled,
-               count(*) FILTER (WHERE j.status = 'running')                       AS running,
-               count(*) FILTER (WHERE j.status = 'succeeded')                     AS succeeded,
-               count(*) FILTER (WHERE j.status = 'failed')                        AS failed
-          FROM {schema}.jobs j
+               count(*) FILTER (WHERE j.run_at <= now()) AS pending,
+               count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+               0 AS running, 0 AS succeeded, 0 AS failed
+          FROM {schema}.jobs j WHERE j.status = 'pending'
+         GROUP BY j.type
+        UNION ALL
+        SELECT j.type, 0, 0, count(*), 0, 0
+          FROM {schema}.jobs j WHERE j.status = 'running'
+         GROUP BY j.type
+        UNION ALL
+        SELECT j.type, 0, 0, 0,
+               count(*) FILTER (WHERE j.status = 'succeeded'),
+               count(*) FILTER (WHERE j.status = 'failed')
+          FROM {schema}.jobs j WHERE j.status IN ('succeeded', 'failed')
          GROUP BY j.type
         UNION ALL
         SELECT t.type, 0, 0, 0,
