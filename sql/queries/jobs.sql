@@ -173,16 +173,29 @@ SELECT {fragment_summary_columns}
 
 -- name: job_find_tagged
 -- job_find with find(tags=[...]): jobs carrying every listed tag. The containment test is
--- unconditional (not "IS NULL OR"), so even a generic plan can use the partial GIN index
--- jobs_tags_idx (a strict @> implies tags IS NOT NULL); a separate statement keeps job_find's
--- plans as they were.
+-- unconditional (not "IS NULL OR"), so even a generic plan can use the partial GIN indexes
+-- (jobs_tags_idx, jobs_history_tags_idx: a strict @> implies tags IS NOT NULL); a separate
+-- statement keeps job_find's plans as they were. Each table is read, newest first, up to
+-- the page's end on its own (the GIN index, then a top-N sort), then the two are merged: a
+-- single ordered read of the view would walk the primary keys newest first instead.
 SELECT {fragment_summary_columns}
-  FROM {schema}.jobs_all j
- WHERE j.tags @> %(tags)s::text[]
-   AND (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
-   AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
-   AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
-   AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
+  FROM ((SELECT * FROM {schema}.jobs t
+          WHERE t.tags @> %(tags)s::text[]
+            AND (%(types)s::text[] IS NULL OR t.type = ANY(%(types)s::text[]))
+            AND (%(statuses)s::text[] IS NULL OR t.status = ANY(%(statuses)s::text[]))
+            AND (%(scope_type)s::text IS NULL OR t.scope_type = %(scope_type)s::text)
+            AND (%(scope_id)s::text IS NULL OR t.scope_id = %(scope_id)s::text)
+          ORDER BY t.id DESC
+          LIMIT %(limit)s::bigint + %(skip)s::bigint)
+        UNION ALL
+        (SELECT * FROM {schema}.jobs_history t
+          WHERE t.tags @> %(tags)s::text[]
+            AND (%(types)s::text[] IS NULL OR t.type = ANY(%(types)s::text[]))
+            AND (%(statuses)s::text[] IS NULL OR t.status = ANY(%(statuses)s::text[]))
+            AND (%(scope_type)s::text IS NULL OR t.scope_type = %(scope_type)s::text)
+            AND (%(scope_id)s::text IS NULL OR t.scope_id = %(scope_id)s::text)
+          ORDER BY t.id DESC
+          LIMIT %(limit)s::bigint + %(skip)s::bigint)) j
  ORDER BY j.id DESC
  LIMIT %(limit)s::bigint OFFSET %(skip)s::bigint
 

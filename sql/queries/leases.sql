@@ -96,100 +96,16 @@ UPDATE {schema}.jobs j
 RETURNING j.id
 
 
--- name: fragment_superseded
--- The reaper's test whether a keyed job (row "j") is superseded: its key gained a PENDING replacement
--- while it ran (on_duplicate="replace"). Such a job is deleted instead of going back to
--- PENDING, because the replacement carries the newer payload and the pending-only unique
--- index admits one PENDING job per key. OFFSET 0: one descent of jobs_dedupe_pending_uq
--- per row, never a hashed SubPlan reading every pending keyed job.
-(j.dedupe_key IS NOT NULL AND EXISTS (
-    SELECT 1 FROM {schema}.jobs p
-     WHERE p.type = j.type AND p.dedupe_key = j.dedupe_key
-       AND p.status = 'pending'
-    OFFSET 0)) AS superseded
-
-
 -- name: lease_recover_expired
--- The reaper. Expired RUNNING leases, oldest expiry first, bounded by the limit, locked with
--- SKIP LOCKED: a row whose holder is writing its outcome right now is left alone, and the
--- lock re-checks status and expiry on the newest row version, so a job that completed after
--- this statement's snapshot is never revived. The claim already counted the lost attempt:
--- within budget the job is due again now; past it, it is dead-lettered without running
--- again (moved into jobs_history as FAILED, migration 0008). A keyed job superseded by a PENDING replacement is deleted. The last_error texts
--- arrive as parameters (golemq_pg.store.port.LEASE_EXPIRED_ERROR / LEASE_EXHAUSTED_ERROR),
--- so the two stores and the worker share one definition of them. A dead-lettered job of a
--- type in delete_types (the reaping worker's handlers with delete_on "always") is deleted
--- instead of kept as FAILED, as its completion would have been; it is still reported as
--- failed-terminal and announced on the "done" channel.
-WITH expired AS MATERIALIZED (
-    SELECT j.id, j.lease_owner,
-           j.attempts >= j.max_attempts AS exhausted,
-           {fragment_superseded}
-      FROM {schema}.jobs j
-     WHERE j.status = 'running'
-       AND j.lease_expires_at < now()
-     ORDER BY j.lease_expires_at
-     LIMIT %(limit)s::int
-       FOR UPDATE SKIP LOCKED
-),
-dropped AS (
-    DELETE FROM {schema}.jobs j
-     USING expired e
-     WHERE j.id = e.id AND e.superseded AND NOT e.exhausted
-    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts, 'reclaimed'::text AS outcome
-),
-erased AS (
-    DELETE FROM {schema}.jobs j
-     USING expired e
-     WHERE j.id = e.id AND e.exhausted AND j.type = ANY(%(delete_types)s::text[])
-    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts,
-              'failed-terminal'::text AS outcome
-),
-revived AS (
-    UPDATE {schema}.jobs j
-       SET status = 'pending',
-           run_at = now(),
-           last_error = %(expired_error)s::text,
-           errors = {schema}.append_attempt_error(
-               j.errors, j.attempts, %(expired_error)s::text, NULL, %(history)s::int),
-           lease_owner = NULL,
-           lease_expires_at = NULL,
-           updated_at = now()
-      FROM expired e
-     WHERE j.id = e.id AND NOT e.exhausted AND NOT e.superseded
-    RETURNING j.id, j.type, j.scope_type, j.scope_id, j.attempts, 'reclaimed'::text AS outcome
-),
--- Past the budget: the row moves into the history as FAILED (migration 0008).
-buried AS (
-    DELETE FROM {schema}.jobs j
-     USING expired e
-     WHERE j.id = e.id AND e.exhausted AND NOT j.type = ANY(%(delete_types)s::text[])
-    RETURNING j.*
-),
-dead AS (
-    INSERT INTO {schema}.jobs_history
-    SELECT b.id, b.type, b.payload, b.scope_type, b.scope_id, 'failed', b.priority, b.run_at,
-           b.attempts, b.max_attempts, %(exhausted_error)s::text, b.dedupe_key, NULL,
-           b.lease_token, NULL, b.schedule_key, b.progress, b.started_at, now(),
-           b.created_at, now(), b.result,
-           {schema}.append_attempt_error(b.errors, b.attempts, %(exhausted_error)s::text, NULL,
-                                         %(history)s::int),
-           b.tags, b.trace_context
-      FROM buried b
-    RETURNING id, type, scope_type, scope_id, attempts, 'failed-terminal'::text AS outcome
-),
-moved AS (
-    SELECT * FROM revived
-    UNION ALL
-    SELECT * FROM dead
-),
-hint AS (
-    SELECT {schema}.notify_jobs_done(array_agg(t.id))
-      FROM (SELECT m.id FROM moved m WHERE m.outcome = 'failed-terminal'
-            UNION ALL
-            SELECT r.id FROM erased r) t
-)
-SELECT x.id, x.type, x.scope_type, x.scope_id, x.attempts, x.outcome, e.lease_owner
-  FROM (SELECT * FROM dropped UNION ALL SELECT * FROM erased UNION ALL SELECT * FROM moved) x
-  JOIN expired e ON e.id = x.id
- CROSS JOIN hint
+-- The reaper: reap_expired_leases() of migration 0009 (0008's history move, 0007's plan
+-- settings; its header says what it writes and why it is a function). Expired RUNNING
+-- leases, oldest expiry first, at most the limit, SKIP LOCKED: within budget due again now,
+-- past it dead-lettered into the history (deleted for a type in delete_types, still
+-- reported failed-terminal and announced on "done"); a keyed job superseded by a PENDING
+-- replacement deleted. The last_error texts arrive as parameters
+-- (golemq_pg.store.port.LEASE_EXPIRED_ERROR / LEASE_EXHAUSTED_ERROR), so the two stores and
+-- the worker share one definition of them.
+SELECT r.id, r.type, r.scope_type, r.scope_id, r.attempts, r.outcome, r.lease_owner
+  FROM {schema}.reap_expired_leases(%(limit)s::int, %(delete_types)s::text[],
+                                    %(expired_error)s::text, %(exhausted_error)s::text,
+                                    %(history)s::int) r

@@ -73,7 +73,8 @@ CREATE TABLE {s}.audit (
     new_attempts int,
     type         text,
     scope        text,
-    dedupe_key   text
+    dedupe_key   text,
+    xact         bigint NOT NULL DEFAULT txid_current()
 );
 CREATE INDEX ON {s}.audit (job_id, old_token);
 CREATE FUNCTION {s}.audit_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -111,6 +112,44 @@ END
 $$;
 CREATE TRIGGER audit_jobs AFTER UPDATE OR DELETE ON {s}.jobs
     FOR EACH ROW EXECUTE FUNCTION {s}.audit_jobs();
+-- A finished job moves into the history (migration 0008): the DELETE from jobs its statement
+-- made is audited as the UPDATE to a finished status it stands for (the same writer, the
+-- old lease, the new status), so every check below reads one kind of row.
+CREATE FUNCTION {s}.audit_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {s}.audit a
+       SET op = 'update', new_status = NEW.status, new_owner = NEW.lease_owner,
+           new_token = NEW.lease_token, new_error = NEW.last_error,
+           new_attempts = NEW.attempts
+     WHERE a.seq = (SELECT max(b.seq) FROM {s}.audit b
+                     WHERE b.job_id = NEW.id AND b.op = 'delete'
+                       AND b.xact = txid_current());
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER audit_finished AFTER INSERT ON {s}.jobs_history
+    FOR EACH ROW EXECUTE FUNCTION {s}.audit_finished();
+-- A job that finished and is live again (a dead letter retried, or a bug): audited as the
+-- UPDATE from its finished status it stands for.
+CREATE FUNCTION {s}.audit_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    finished text;
+BEGIN
+    SELECT a.new_status INTO finished FROM {s}.audit a
+     WHERE a.job_id = NEW.id AND a.new_status IN ('succeeded', 'failed')
+     ORDER BY a.seq DESC LIMIT 1;
+    IF finished IS NOT NULL THEN
+        INSERT INTO {s}.audit (app, op, job_id, old_status, new_status, new_owner, new_token,
+                               new_error, new_attempts, type, scope, dedupe_key)
+        VALUES (current_setting('application_name'), 'update', NEW.id, finished, NEW.status,
+                NEW.lease_owner, NEW.lease_token, NEW.last_error, NEW.attempts, NEW.type,
+                NEW.scope_type || ':' || NEW.scope_id, NEW.dedupe_key);
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER audit_inserted AFTER INSERT ON {s}.jobs
+    FOR EACH ROW EXECUTE FUNCTION {s}.audit_inserted();
 """
 
 
