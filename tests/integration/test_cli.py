@@ -241,6 +241,11 @@ def test_runtime_failures_exit_1(pg_dsn: str, schema: str) -> None:
         result = run_cli("--dsn", unreachable, *args, dsn=None)
         assert_clean_failure(result, 1)
         assert "cannot connect to PostgreSQL at 127.0.0.1:1/test" in result.stderr
+    # A multi-host DSN (a primary and its standby) names each server with its port.
+    result = run_cli("--dsn", "host=127.0.0.1,localhost port=1,2 dbname=test user=postgres "
+                     "target_session_attrs=read-write connect_timeout=2", "stats", dsn=None)
+    assert_clean_failure(result, 1)
+    assert "cannot connect to PostgreSQL at 127.0.0.1:1,localhost:2/test" in result.stderr
     # A schema that was never migrated: a hint, not a stack trace.
     for args in (["stats"], ["enqueue", "t", "{}"], ["failed"]):
         result = run_cli("--schema", schema, *args, dsn=pg_dsn)
