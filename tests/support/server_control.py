@@ -1,5 +1,5 @@
 """A PostgreSQL cluster of the suite's own, for the fault scenarios that restart, stop and
-start the server (S7, S8): :class:`ThrowawayCluster` (fixture ``throwaway_cluster`` in
+start the server (S7, S8, S24): :class:`ThrowawayCluster` (fixture ``throwaway_cluster`` in
 tests/plugins/clusters.py); and :class:`StreamingPair`, a primary with a synchronous streaming
 standby made from it by ``pg_basebackup -R``, for the failover scenario (S23, fixture
 ``streaming_pair``). The suite never does that to a server it did not start: the
@@ -55,7 +55,8 @@ _OWNERS = ("postgres", "embedded_postgres")
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
     # S7/S8: two workers x (5 store + 4 ledger + 1 LISTEN connections), the producer's 6,
-    # S8's second producer and admin connections: about 35.
+    # S8's second producer and admin connections: about 35. S24: three workers (30), two
+    # producers' 2 each, the producer's 6 and admin connections: about 45.
     "max_connections": "64",
     "shared_buffers": "32MB",
     "fsync": "off",
