@@ -165,13 +165,13 @@ def _record(conn: psycopg.Connection[Any], schema: str, migration: Migration) ->
 
 def _timeouts(conn: psycopg.Connection[Any], policy: LockPolicy, *, local: bool) -> None:
     # Migrations are administration: the runtime statement_timeout of the store's
-    # connections must not cut a step short. None is set here at all, and deliberately:
-    # what blocks the queue is a step waiting for a lock (lock_timeout bounds that) or
-    # holding one that enqueues and claims need for long, which a timeout would not make
-    # shorter, only fail on every try (squawk's rules keep such steps out of migrations:
-    # no table rewrite, no index build or constraint check under a lock that blocks
-    # writes). A CONCURRENTLY build of a 10M-row table takes minutes; cut short, it would
-    # leave an INVALID index to build again from scratch.
+    # connections must not cut a step short, and none replaces it (0), deliberately. What
+    # blocks the queue is a step waiting for a lock (lock_timeout bounds that) or holding
+    # one that enqueues and claims need for long, which a timeout would not make shorter,
+    # only fail on every try (squawk's rules keep such steps out of migrations: no table
+    # rewrite, no index build or constraint check under a lock that blocks writes). A
+    # CONCURRENTLY build over a 10M-row table takes minutes; cut short, it would leave an
+    # INVALID index to build again from scratch.
     conn.execute(_SET, ("statement_timeout", "0", local))
     conn.execute(_SET, ("lock_timeout", policy.setting(), local))
 
