@@ -336,3 +336,14 @@ def test_the_psql_script_runs_a_no_transaction_migration_outside_its_transaction
     assert all(index_states(pg_dsn, schema).values())
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert migrate(conn, schema, source=source) == []  # the ledger says it is all there
+
+
+def test_store_migrate_checks_its_lock_options_before_any_sql(pg_dsn: str, schema: str) -> None:
+    with PostgresStore.connect(pg_dsn, schema=schema, max_size=1) as store:
+        for bad in ({"lock_timeout": -1.0}, {"lock_timeout": float("inf")},
+                    {"lock_retries": -1}, {"lock_retries": 2.5}):
+            with pytest.raises(ValueError, match="lock_"):
+                store.migrate(**bad)  # type: ignore[arg-type]
+        with psycopg.connect(pg_dsn) as conn:
+            assert conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
+        assert store.migrate(lock_timeout=0, lock_retries=0)  # 0: no limit, no retry
