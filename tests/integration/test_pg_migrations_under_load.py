@@ -98,6 +98,11 @@ class Loop:
         self.timings.setdefault(what, []).append((started - origin, time.monotonic() - started))
         return result
 
+    def failed(self, origin: float, exc: psycopg.Error) -> None:
+        """Record ``exc``: its type and first line (the DETAIL quotes the row)."""
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        self.errors.append((time.monotonic() - origin, f"{type(exc).__name__}: {first}"))
+
     def longest(self, what: str, since: float, until: float) -> tuple[float, float]:
         """The longest (seconds, start) of ``what`` among those running in [since, until]."""
         spans = [(took, start) for start, took in self.timings.get(what, ())
@@ -116,7 +121,7 @@ def _produce(dsn: str, schema: str, loop: Loop, origin: float, stop: threading.E
                 row = loop.timed("add", origin, lambda: conn.execute(
                     query, (payload,)).fetchone())  # noqa: B023 - called at once
             except psycopg.Error as exc:
-                loop.errors.append((time.monotonic() - origin, f"{type(exc).__name__}: {exc}"))
+                loop.failed(origin, exc)
                 time.sleep(0.1)
                 continue
             loop.added.append((row[0], seq))
@@ -139,7 +144,7 @@ def _claim_and_complete(
                         complete, params).rowcount)  # noqa: B023 - called at once
                     loop.completed += done
             except psycopg.Error as exc:
-                loop.errors.append((time.monotonic() - origin, f"{type(exc).__name__}: {exc}"))
+                loop.failed(origin, exc)
                 time.sleep(0.1)
                 continue
             time.sleep(0.01)
@@ -205,10 +210,15 @@ def test_upgrading_a_loaded_queue_under_load_blocks_adds_briefly_and_loses_none(
         record_property(key, report[key])
 
     assert applied == [m.name for m in shipped[1:]]
-    errors = [(loop.name, at, error) for loop in (producer, *claimers) for at, error in loop.errors]
+    errors: dict[tuple[str, str], list[float]] = {}
+    for loop in (producer, *claimers):
+        for at, error in loop.errors:
+            errors.setdefault((loop.name, error), []).append(at)
     assert not errors, (
         f"the 0001 application's raw statements failed against `jobs` while or after migrating "
-        f"to {shipped[-1].name} (migration from {begun:.1f}s to {ended:.1f}s): {errors[:10]}")
+        f"to {shipped[-1].name} (the migration ran from {begun:.1f}s to {ended:.1f}s): "
+        + "; ".join(f"{name}: {error} ({len(at)} times, first at {at[0]:.1f}s)"
+                    for (name, error), at in errors.items()))
     assert adds_during > 0
     assert add_took < BLOCKED_ADD_BOUND, report
     assert found == added, f"{len(set(added) - set(found))} added rows are missing"
