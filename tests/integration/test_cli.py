@@ -19,6 +19,7 @@ from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue
 from golemq_pg.store.port import FailItem, LeaseRef
+from golemq_pg.store.postgres._migrations import migrate
 from tests.support.cli import CANARY, assert_clean_failure, run_cli
 from tests.support.store_port import claim, slots
 from tests.support.waiting import wait_until
@@ -58,6 +59,41 @@ def test_migrate_twice_is_idempotent(pg_dsn: str, schema: str) -> None:
             )
         }
     assert {"jobs", "schedules", "resource_budgets"} <= tables
+
+
+def test_migrate_gives_up_on_a_lock_a_long_transaction_holds(pg_dsn: str, schema: str) -> None:
+    # The schema as release 0001 left it, and an application transaction that read jobs and
+    # stays open: 0002 (ALTER TABLE jobs) is refused its lock.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        migrate(conn, schema, up_to=1)
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema)))
+        once = run_cli("migrate", "--schema", schema, "--lock-timeout", "0.1s",
+                       "--lock-retries", "0", dsn=pg_dsn)
+        assert_clean_failure(once, 1)
+        assert "migration 0002_operating_surface was refused a lock within its lock_timeout "\
+               "of 0.1s on its only try" in once.stderr
+        # With retries, each is logged (stderr), then the same one-line error.
+        retried = run_cli("migrate", "--schema", schema, "--lock-timeout", "0.1",
+                          "--lock-retries", "2", dsn=pg_dsn)
+        assert retried.returncode == 1, retried.stderr
+        lines = retried.stderr.strip().splitlines()
+        assert sum("migration_lock_timeout" in line for line in lines) == 2, lines
+        assert lines[-1].startswith("golemq-pg: error: migration 0002_operating_surface was "
+                                    "refused a lock"), lines
+        assert "on each of 3 tries" in lines[-1]
+    # Once it has ended, the same command applies everything.
+    done = run_cli("migrate", "--schema", schema, "--lock-timeout", "1s", dsn=pg_dsn)
+    assert done.returncode == 0, done.stderr
+    assert "applied 0002_operating_surface" in done.stdout
+
+
+@pytest.mark.parametrize(("option", "value"), [("--lock-timeout", "-1"),
+                                               ("--lock-timeout", "soon"),
+                                               ("--lock-retries", "-1"),
+                                               ("--lock-retries", "1001")])
+def test_migrate_rejects_bad_lock_options(pg_dsn: str, option: str, value: str) -> None:
+    assert_clean_failure(run_cli("migrate", option, value, dsn=pg_dsn), 2)
 
 
 def test_sql_prints_a_script_psql_applies(pg_dsn: str, schema: str) -> None:
