@@ -17,6 +17,7 @@ from golemq_pg._types import (
 )
 from golemq_pg.errors import (
     JobAborted,
+    MigrationLockTimeout,
     PreparedStatementsUnsupported,
     QueueConfigError,
     QueuePayloadError,
@@ -42,6 +43,7 @@ __all__ = [
     "JobSummary",
     "JobType",
     "LifecycleObserver",
+    "MigrationLockTimeout",
     "PausedType",
     "PostgresStore",
     "PreparedStatementsUnsupported",

@@ -50,3 +50,14 @@ class RetryableJobError(Exception):
 
 class JobAborted(Exception):  # noqa: N818 - reads as an outcome, like TimeoutError
     """Raised by ``CancelSignal.raise_if_cancelled`` inside a handler whose job was aborted."""
+
+
+class MigrationLockTimeout(RuntimeError):  # noqa: N818 - reads as a condition
+    """A migration step was refused a lock within its ``lock_timeout`` on every try
+    (``store.migrate(lock_timeout=, lock_retries=)``, ``golemq-pg migrate --lock-timeout``):
+    a long transaction holds a lock the step needs, or waits for one. The message names the
+    migration and says what of it is applied; ``migration`` is its name (``NNNN_name``)."""
+
+    def __init__(self, message: str, *, migration: str) -> None:
+        super().__init__(message)
+        self.migration = migration

@@ -158,16 +158,21 @@ def quiet_platformdirs() -> Iterator[None]:
 
 
 def _where(dsn: str) -> str:
-    """Host, port and database of a DSN, never its password."""
+    """Hosts, ports and database of a DSN, never its password: ``host:port/dbname``, or
+    ``host1:port1,host2:port2/dbname`` for a multi-host DSN (a primary and its standbys)."""
     import psycopg  # noqa: PLC0415 - keep `golemq-pg --help` and `sql` fast
 
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         raise click.UsageError("the DSN is not a valid PostgreSQL connection string") from None
-    host = parts.get("host") or "localhost"
-    port = parts.get("port") or "5432"
-    return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or ''}"
+    hosts = str(parts.get("host") or "").split(",")
+    ports = str(parts.get("port") or "").split(",")
+    if len(ports) == 1:  # libpq: one port serves every host
+        ports *= len(hosts)
+    servers = ",".join(f"{host or 'localhost'}:{port or '5432'}"
+                       for host, port in zip(hosts, ports, strict=False))
+    return f"{servers}/{parts.get('dbname') or parts.get('user') or ''}"
 
 
 def probe(dsn: str) -> None:

@@ -76,6 +76,15 @@ def test_i2_one_lease_run_twice_in_the_ledger(fault_env: FaultEnv) -> None:
     _fails(lambda: fault_env.check_invariants(terminal=False), "one lease ran twice")
 
 
+def test_i4_a_run_past_the_attempt_budget_in_the_ledger(fault_env: FaultEnv) -> None:
+    fault_env.queue.add("t", {}, max_attempts=1)
+    owner = fault_env.prefix + "-admin"
+    job = fault_env.store.job_claim(ClaimRequest(owner, [TypeSlots("t", 1, 30.0)]))[0]
+    fault_env.q("INSERT INTO {s}.effects (job_id, attempt, token, worker, pid) "
+                "VALUES (%s, 2, NULL, 'w', 1)", (int(job.id),))
+    _fails(lambda: fault_env.check_invariants(terminal=False), "I4: runs past")
+
+
 def test_i5_idle_in_transaction_and_idle_advisory_locks(fault_env: FaultEnv) -> None:
     app = fault_env.prefix + "-leaky"
     with psycopg.connect(fault_env.dsn, application_name=app) as conn:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 
 from golemq_pg import PostgresStore, Queue
@@ -31,34 +30,9 @@ from tests.support.fault_report import env_seconds, report
 from tests.support.outage_proxy import OutageProxy
 from tests.support.server_control import ThrowawayCluster, server_started_at
 from tests.support.waiting import wait_until
-from tests.support.workers import WorkerProc, type_spec
+from tests.support.workers import type_spec
 
 pytestmark = pytest.mark.faults
-
-
-def _succeeded(env: FaultEnv) -> int:
-    try:
-        return int(env.one("SELECT count(*) FROM {s}.jobs_all WHERE status = 'succeeded'"))
-    except psycopg.Error:
-        return -1
-
-
-def _stuck_report(env: FaultEnv, procs: list[WorkerProc], what: str) -> str:
-    """What the workers were doing when a wait after the outage ran out: the job counts,
-    each worker's last log lines and its threads' stacks."""
-    try:
-        counts: object = env.status_counts()
-    except psycopg.Error as exc:
-        counts = f"unreadable: {type(exc).__name__}"
-    parts = [f"{what} (jobs: {counts})"]
-    for proc in procs:
-        tail = "\n".join(proc.log_text().splitlines()[-15:])
-        parts.append(f"--- {proc.worker_id} alive={proc.alive()}\n{tail}\n{proc.dump_stacks()}")
-    return "\n".join(parts)
-
-
-def _warnings(logs: list[dict[str, object]]) -> int:
-    return sum(1 for e in logs if e.get("level") in ("warning", "error", "critical"))
 
 
 def test_s07_postgres_restart_immediate_under_load(
@@ -69,9 +43,9 @@ def test_s07_postgres_restart_immediate_under_load(
     env.queue.add_many("load", [{"n": n, "sleep": 0.01} for n in range(total)])
     procs = [env.spawn(f"w{i}", [type_spec("load", concurrency=4)],
                      worker={"poll_interval": 0.1, "lease_grace": 15}) for i in range(2)]
-    wait_until(lambda: _succeeded(env) >= 600, timeout=60)
+    wait_until(lambda: env.succeeded() >= 600, timeout=60)
     pids = [p.pid for p in procs]
-    before = [_warnings(p.logs()) for p in procs]
+    before = [p.warnings() for p in procs]
     started_at = server_started_at(server.dsn)
     restarted = time.monotonic()
     try:
@@ -81,16 +55,16 @@ def test_s07_postgres_restart_immediate_under_load(
     up = time.monotonic()
     # The measure test_fault_zz_server_untouched.py relies on sees the restart.
     assert server_started_at(server.dsn) > started_at
-    at_restart = _succeeded(env)
-    wait_until(lambda: _succeeded(env) > at_restart + 50, timeout=60, interval=0.05,
+    at_restart = env.succeeded()
+    wait_until(lambda: env.succeeded() > at_restart + 50, timeout=60, interval=0.05,
                what="completions resumed")
     resumed = time.monotonic() - up
-    wait_until(lambda: _succeeded(env) == total, timeout=180, interval=0.2,
+    wait_until(lambda: env.succeeded() == total, timeout=180, interval=0.2,
                what="every job succeeded")
     assert [p.pid for p in procs] == pids
     assert all(p.alive() for p in procs)  # recovered without a restart of the workers
     counts = env.check_invariants(expected=total, allow_double_runs=True)
-    logged = [_warnings(p.logs()) - b for p, b in zip(procs, before, strict=True)]
+    logged = [p.warnings() - b for p, b in zip(procs, before, strict=True)]
     for proc in procs:
         assert proc.terminate() == 0
     assert max(logged) < 100, logged  # bounded error-log rate through the outage
@@ -110,7 +84,7 @@ def test_s08_postgres_down_for_a_while_then_back(
     # Due while the server is down or just after: no NOTIFY will announce them.
     env.queue.add_many("work", [{"n": n, "delayed": True} for n in range(100)],
                        delay=downtime + 1)
-    wait_until(lambda: _succeeded(env) == 200, timeout=60)
+    wait_until(lambda: env.succeeded() == 200, timeout=60)
     env.store.pool.close()  # the producer side reconnects below
     stopped = time.monotonic()
     try:
@@ -121,8 +95,8 @@ def test_s08_postgres_down_for_a_while_then_back(
         server.ensure_running()
     up = time.monotonic()
     up_at = env.db_now()
-    wait_until(lambda: _succeeded(env) == 300, timeout=60, interval=0.05,
-               what=lambda: _stuck_report(env, procs, "the delayed jobs ran after the outage"))
+    wait_until(lambda: env.succeeded() == 300, timeout=60, interval=0.05,
+               what=lambda: env.stuck_report(procs, "the delayed jobs ran after the outage"))
     delayed_done = time.monotonic() - up
     store = PostgresStore.connect(env.dsn, schema=env.schema, max_size=2,
                                   application_name=env.prefix + "-admin")
@@ -131,7 +105,7 @@ def test_s08_postgres_down_for_a_while_then_back(
         added = time.monotonic()
         Queue(store).add_many("work", [{"n": n, "after": True, "sleep": 0.1}
                                        for n in range(400)])
-        wait_until(lambda: _succeeded(env) == 700, timeout=60, interval=0.05)
+        wait_until(lambda: env.succeeded() == 700, timeout=60, interval=0.05)
         fresh_done = time.monotonic() - added
     finally:
         store.close()
@@ -143,7 +117,7 @@ def test_s08_postgres_down_for_a_while_then_back(
     idle = [p for p in procs if p.worker_id not in resumed]
     stacks = {p.worker_id: p.dump_stacks() for p in idle}
     counts = env.check_invariants(expected=700)
-    logged = [_warnings(p.logs()) for p in procs]
+    logged = [p.warnings() for p in procs]
     for proc in procs:
         assert proc.terminate() == 0
     assert len(resumed) == 2, (resumed, stacks)  # both workers work again
@@ -178,7 +152,7 @@ def test_s08_a_long_outage_seen_through_a_proxy(fault_env: FaultEnv) -> None:
             "SELECT worker, extract(epoch FROM min(started_at) - %s)::float8 FROM {s}.effects "
             "WHERE started_at > %s GROUP BY worker", (up_at, up_at)))
         counts = env.check_invariants(expected=250)
-        logged = [_warnings(p.logs()) for p in procs]
+        logged = [p.warnings() for p in procs]
         assert all(p.alive() for p in procs)
         for proc in procs:
             assert proc.terminate() == 0

@@ -19,6 +19,7 @@ from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue
 from golemq_pg.store.port import FailItem, LeaseRef
+from golemq_pg.store.postgres._migrations import migrate
 from tests.support.cli import CANARY, assert_clean_failure, run_cli
 from tests.support.store_port import claim, slots
 from tests.support.waiting import wait_until
@@ -27,7 +28,8 @@ from tests.support.waiting import wait_until
 def count_jobs(dsn: str, schema: str, status: str | None = None) -> int:
     """Rows in <schema>.jobs (optionally of one status); 0 when the table does not exist."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", [f"{schema}.jobs"]).fetchone()
+        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                              [f"{schema}.jobs_all"]).fetchone()
         if not exists or not exists[0]:
             return 0
         query = sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(schema))
@@ -58,6 +60,41 @@ def test_migrate_twice_is_idempotent(pg_dsn: str, schema: str) -> None:
             )
         }
     assert {"jobs", "schedules", "resource_budgets"} <= tables
+
+
+def test_migrate_gives_up_on_a_lock_a_long_transaction_holds(pg_dsn: str, schema: str) -> None:
+    # The schema as release 0001 left it, and an application transaction that read jobs and
+    # stays open: 0002 (ALTER TABLE jobs) is refused its lock.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        migrate(conn, schema, up_to=1)
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute(sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(schema)))
+        once = run_cli("migrate", "--schema", schema, "--lock-timeout", "0.1s",
+                       "--lock-retries", "0", dsn=pg_dsn)
+        assert_clean_failure(once, 1)
+        assert "migration 0002_operating_surface was refused a lock within its lock_timeout "\
+               "of 0.1s on its only try" in once.stderr
+        # With retries, each is logged (stderr), then the same one-line error.
+        retried = run_cli("migrate", "--schema", schema, "--lock-timeout", "0.1",
+                          "--lock-retries", "2", dsn=pg_dsn)
+        assert retried.returncode == 1, retried.stderr
+        lines = retried.stderr.strip().splitlines()
+        assert sum("migration_lock_timeout" in line for line in lines) == 2, lines
+        assert lines[-1].startswith("golemq-pg: error: migration 0002_operating_surface was "
+                                    "refused a lock"), lines
+        assert "on each of 3 tries" in lines[-1]
+    # Once it has ended, the same command applies everything.
+    done = run_cli("migrate", "--schema", schema, "--lock-timeout", "1s", dsn=pg_dsn)
+    assert done.returncode == 0, done.stderr
+    assert "applied 0002_operating_surface" in done.stdout
+
+
+@pytest.mark.parametrize(("option", "value"), [("--lock-timeout", "-1"),
+                                               ("--lock-timeout", "soon"),
+                                               ("--lock-retries", "-1"),
+                                               ("--lock-retries", "1001")])
+def test_migrate_rejects_bad_lock_options(pg_dsn: str, option: str, value: str) -> None:
+    assert_clean_failure(run_cli("migrate", option, value, dsn=pg_dsn), 2)
 
 
 def test_sql_prints_a_script_psql_applies(pg_dsn: str, schema: str) -> None:
@@ -241,6 +278,11 @@ def test_runtime_failures_exit_1(pg_dsn: str, schema: str) -> None:
         result = run_cli("--dsn", unreachable, *args, dsn=None)
         assert_clean_failure(result, 1)
         assert "cannot connect to PostgreSQL at 127.0.0.1:1/test" in result.stderr
+    # A multi-host DSN (a primary and its standby) names each server with its port.
+    result = run_cli("--dsn", "host=127.0.0.1,localhost port=1,2 dbname=test user=postgres "
+                     "target_session_attrs=read-write connect_timeout=2", "stats", dsn=None)
+    assert_clean_failure(result, 1)
+    assert "cannot connect to PostgreSQL at 127.0.0.1:1,localhost:2/test" in result.stderr
     # A schema that was never migrated: a hint, not a stack trace.
     for args in (["stats"], ["enqueue", "t", "{}"], ["failed"]):
         result = run_cli("--schema", schema, *args, dsn=pg_dsn)

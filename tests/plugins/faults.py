@@ -1,6 +1,7 @@
 """Fixtures of the fault-injection suite: ``fault_env`` (see tests/support/fault_env.py) on
 the suite's server, ``cluster_fault_env`` on a throwaway cluster of its own (the scenarios
-that restart and stop PostgreSQL), and ``suite_server_start``, with the two hooks that make
+that restart and stop PostgreSQL), ``standby_fault_env`` on a primary and its standby (the
+failover), and ``suite_server_start``, with the two hooks that make
 "the suite's server was never restarted" checkable.
 
 That check (tests/faults/test_fault_zz_server_untouched.py) compares the server's
@@ -17,6 +18,7 @@ failing test or as an error pinned on whichever test ran last.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,12 @@ import pytest
 from tests.plugins.database import suite_dsn
 from tests.support.fault_env import FaultEnv, make_env
 from tests.support.schemas import fresh_schema
-from tests.support.server_control import ServerStart, ThrowawayCluster, server_started_at
+from tests.support.server_control import (
+    ServerStart,
+    StreamingPair,
+    ThrowawayCluster,
+    server_started_at,
+)
 
 _SERVER_START = pytest.StashKey[ServerStart]()
 
@@ -58,6 +65,19 @@ def cluster_fault_env(
                 throwaway_cluster.ensure_running()
             finally:
                 env.close()
+
+
+@pytest.fixture
+def standby_fault_env(streaming_pair: StreamingPair, tmp_path: Path) -> Iterator[FaultEnv]:
+    """A :class:`FaultEnv` on a primary and its synchronous standby (``streaming_pair``,
+    tests/plugins/clusters.py): its workers, producer, ledger and checks all use the pair's
+    multi-host DSN (read-write only), so they follow a failover. Closed as ``fault_env`` is;
+    its schema is not dropped (the pair, data and all, is destroyed after the test)."""
+    env = make_env(streaming_pair.dsn, "t_" + uuid.uuid4().hex[:12], tmp_path)
+    try:
+        yield env
+    finally:
+        env.close()
 
 
 @pytest.fixture(scope="session")

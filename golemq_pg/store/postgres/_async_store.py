@@ -41,6 +41,11 @@ from golemq_pg.store.postgres._connections import (
     ensure_utc,
     pool_options,
 )
+from golemq_pg.store.postgres._migrations import (
+    DEFAULT_LOCK_RETRIES,
+    DEFAULT_LOCK_TIMEOUT,
+    LockPolicy,
+)
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._run_async import run_plan_async
@@ -167,13 +172,20 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         """The waiting tasks and their one LISTEN connection (for tests and diagnostics)."""
         return self._shared.waiters
 
-    async def migrate(self) -> list[str]:
+    async def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retries: int = DEFAULT_LOCK_RETRIES,
+    ) -> list[str]:
         """Apply pending migrations (idempotent); returns the names applied now.
 
-        The migration runner of ``PostgresStore`` itself, on a connection of its own made
-        from the pool's conninfo and options, in a worker thread (migrations are rare,
-        administrative, and must not run twice in two copies).
+        The migration runner of ``PostgresStore`` itself (``lock_timeout`` and
+        ``lock_retries`` as there), on a connection of its own made from the pool's conninfo
+        and options, in a worker thread (migrations are rare, administrative, and must not
+        run twice in two copies).
         """
+        policy = LockPolicy(lock_timeout=lock_timeout, retries=lock_retries)
         pool = self._shared.pool
         conninfo = self._shared.dsn or pool.conninfo
         kwargs = dict(pool.kwargs) if isinstance(pool.kwargs, dict) else {}
@@ -184,7 +196,7 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
 
         def run() -> list[str]:
             with psycopg.connect(conninfo, **kwargs) as conn:
-                return _migrate(conn, schema)
+                return _migrate(conn, schema, policy=policy)
 
         return await asyncio.to_thread(run)
 

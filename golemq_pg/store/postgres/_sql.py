@@ -192,6 +192,106 @@ def listen_statement(channel: str) -> sql.Composed:
     return trusted_sql(text.strip()).format(channel=sql.Identifier(channel))
 
 
+# -- splitting a file into statements (migrations applied outside a transaction) ------------
+
+
+@dataclass(frozen=True, slots=True)
+class SqlStatement:
+    """One statement of a SQL file: ``text`` as written (its comments included, no final
+    semicolon), and ``code``: the same without comments and with the contents of string
+    and dollar-quoted literals left out, for looking at what the statement does."""
+
+    text: str
+    code: str
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$")
+_IDENT_CHAR = re.compile(r"[A-Za-z0-9_$]")
+
+
+def _skip(text: str, pos: int) -> int | None:
+    """The index just past the comment, literal or quoted identifier that opens at ``pos``;
+    None when none does."""
+    char = text[pos]
+    if text.startswith("--", pos):
+        end = text.find("\n", pos)
+        return len(text) if end < 0 else end
+    if text.startswith("/*", pos):
+        return _block_comment_end(text, pos)
+    if char == "$":
+        # $1 or a name with a $ in it opens nothing.
+        tag = None if pos and _IDENT_CHAR.match(text[pos - 1]) else _DOLLAR_TAG.match(text, pos)
+        if tag is None:
+            return None
+        end = text.find(tag.group(), tag.end())
+        if end < 0:
+            raise ValueError(f"unterminated dollar quote {tag.group()}")
+        return end + len(tag.group())
+    if char not in "'\"":
+        return None
+    # 'string' (E'...' takes backslash escapes) or "identifier"; a doubled quote is one.
+    escapes = char == "'" and pos > 0 and text[pos - 1] in "eE" and (
+        pos < 2 or not _IDENT_CHAR.match(text[pos - 2]))
+    at = pos + 1
+    while at < len(text):
+        if (escapes and text[at] == "\\") or text.startswith(char * 2, at):
+            at += 2
+        elif text[at] == char:
+            return at + 1
+        else:
+            at += 1
+    raise ValueError(f"unterminated {char} quote")
+
+
+def _block_comment_end(text: str, pos: int) -> int:
+    depth, at = 0, pos
+    while at < len(text):
+        if text.startswith("/*", at):
+            depth, at = depth + 1, at + 2
+        elif text.startswith("*/", at):
+            depth, at = depth - 1, at + 2
+            if depth == 0:
+                return at
+        else:
+            at += 1
+    raise ValueError("unterminated /* comment")
+
+
+def split_statements(text: str) -> list[SqlStatement]:
+    """The statements of ``text``, split at the semicolons outside comments, literals and
+    quoted identifiers (dollar quotes, nested block comments and E'' escapes included), as
+    psql splits a file; a part holding only comments or blanks is no statement.
+    ``ValueError`` names an unterminated comment or quote."""
+    found: list[SqlStatement] = []
+    start, pos = 0, 0
+    code: list[str] = []
+    while pos < len(text):
+        char = text[pos]
+        end = _skip(text, pos)
+        if end is not None:
+            if char == '"':
+                code.append(text[pos:end])
+            elif char in "'$":
+                code.append("''")  # what a literal says is not what the statement does
+            else:
+                code.append(" ")  # a comment separates tokens
+            pos = end
+            continue
+        if char == ";":
+            _keep(found, text[start:pos], "".join(code))
+            start, code = pos + 1, []
+        else:
+            code.append(char)
+        pos += 1
+    _keep(found, text[start:], "".join(code))
+    return found
+
+
+def _keep(found: list[SqlStatement], text: str, code: str) -> None:
+    if code.strip():
+        found.append(SqlStatement(text=text.strip(), code=" ".join(code.split())))
+
+
 _cache: dict[str, Queries] = {}
 
 

@@ -60,6 +60,11 @@ from golemq_pg.store.postgres._control import ControlVerbs
 from golemq_pg.store.postgres._dashboard import DashboardVerbs
 from golemq_pg.store.postgres._listener import PgListener
 from golemq_pg.store.postgres._metrics import MetricsVerbs
+from golemq_pg.store.postgres._migrations import (
+    DEFAULT_LOCK_RETRIES,
+    DEFAULT_LOCK_TIMEOUT,
+    LockPolicy,
+)
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._registry import RegistryVerbs
 from golemq_pg.store.postgres._schedules import ScheduleVerbs
@@ -152,12 +157,25 @@ class PostgresStore(
         """The connection pool in use."""
         return self._shared.pool
 
-    def migrate(self) -> list[str]:
-        """Apply pending migrations (idempotent); returns the names applied now."""
+    def migrate(
+        self,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+        lock_retries: int = DEFAULT_LOCK_RETRIES,
+    ) -> list[str]:
+        """Apply pending migrations (idempotent); returns the names applied now.
+
+        Each step waits at most ``lock_timeout`` seconds for a lock (0: no limit), so that a
+        long transaction on the queue's tables never makes it queue every enqueue and claim
+        behind itself; a step refused its lock is tried again ``lock_retries`` times after a
+        growing pause, then :class:`~golemq_pg.errors.MigrationLockTimeout` names the
+        migration. Concurrent callers apply each migration once.
+        """
+        policy = LockPolicy(lock_timeout=lock_timeout, retries=lock_retries)
         if self._bound is not None:
-            return _migrate(self._bound, self.schema)
+            return _migrate(self._bound, self.schema, policy=policy)
         with self._shared.pool.connection() as conn:
-            return _migrate(conn, self.schema)
+            return _migrate(conn, self.schema, policy=policy)
 
     def close(self) -> None:
         """Close the pool when this store owns it (a bound store closes nothing); waits
