@@ -96,10 +96,23 @@ CREATE TABLE history_counts (
     PRIMARY KEY (day, type, status)
 );
 CREATE TABLE history_count_deltas (
-    day    date   NOT NULL,
-    type   text   NOT NULL,
-    status text   NOT NULL,
-    n      bigint NOT NULL
+    day      date        NOT NULL,
+    minute   timestamptz NOT NULL,
+    type     text        NOT NULL,
+    status   text        NOT NULL,
+    n        bigint      NOT NULL,
+    -- rows that entered the history (the finishes the throughput chart counts), not rows
+    -- that left it (retention, a retried dead letter)
+    finishes boolean     NOT NULL
+);
+-- Jobs finished per minute and status over the last two days (the dashboard's throughput
+-- chart), folded from the deltas of rows entering the history: a chart of an hour reads 120
+-- rows however many jobs finished in it, and a job pruned or retried since still counts.
+CREATE TABLE history_minutes (
+    minute timestamptz NOT NULL,
+    status text        NOT NULL,
+    n      bigint      NOT NULL,
+    PRIMARY KEY (minute, status)
 );
 
 -- The day a history row is counted under: the day partition it lives in.
@@ -111,10 +124,11 @@ CREATE FUNCTION history_count_inserted() RETURNS trigger
     LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
 BEGIN
-    INSERT INTO history_count_deltas (day, type, status, n)
-    SELECT history_day(r.finished_at), r.type, r.status, count(*)
+    INSERT INTO history_count_deltas (day, minute, type, status, n, finishes)
+    SELECT history_day(r.finished_at), date_trunc('minute', r.finished_at), r.type, r.status,
+           count(*), true
       FROM new_rows r
-     GROUP BY 1, 2, 3;
+     GROUP BY 1, 2, 3, 4;
     RETURN NULL;
 END
 $$;
@@ -123,10 +137,11 @@ CREATE FUNCTION history_count_deleted() RETURNS trigger
     LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
 BEGIN
-    INSERT INTO history_count_deltas (day, type, status, n)
-    SELECT history_day(r.finished_at), r.type, r.status, -count(*)
+    INSERT INTO history_count_deltas (day, minute, type, status, n, finishes)
+    SELECT history_day(r.finished_at), date_trunc('minute', r.finished_at), r.type, r.status,
+           -count(*), false
       FROM old_rows r
-     GROUP BY 1, 2, 3;
+     GROUP BY 1, 2, 3, 4;
     RETURN NULL;
 END
 $$;
@@ -136,12 +151,14 @@ CREATE FUNCTION history_count_updated() RETURNS trigger
     LANGUAGE plpgsql SET search_path FROM CURRENT
 AS $$
 BEGIN
-    INSERT INTO history_count_deltas (day, type, status, n)
-    SELECT c.day, c.type, c.status, sum(c.n)
-      FROM (SELECT history_day(o.finished_at) AS day, o.type, o.status, -1 AS n FROM old_rows o
+    INSERT INTO history_count_deltas (day, minute, type, status, n, finishes)
+    SELECT history_day(c.minute), c.minute, c.type, c.status, sum(c.n), false
+      FROM (SELECT date_trunc('minute', o.finished_at) AS minute, o.type, o.status, -1 AS n
+              FROM old_rows o
             UNION ALL
-            SELECT history_day(r.finished_at), r.type, r.status, 1 FROM new_rows r) c
-     GROUP BY 1, 2, 3
+            SELECT date_trunc('minute', r.finished_at), r.type, r.status, 1
+              FROM new_rows r) c
+     GROUP BY c.minute, c.type, c.status
     HAVING sum(c.n) <> 0;
     RETURN NULL;
 END
@@ -235,7 +252,7 @@ BEGIN
         RETURN 0;
     END IF;
     WITH taken AS (
-        DELETE FROM history_count_deltas RETURNING day, type, status, n
+        DELETE FROM history_count_deltas RETURNING day, minute, type, status, n, finishes
     ),
     sums AS (
         SELECT t.day, t.type, t.status, sum(t.n) AS n, count(*) AS rows
@@ -247,9 +264,19 @@ BEGIN
          ORDER BY s.day, s.type, s.status
         ON CONFLICT (day, type, status) DO UPDATE SET n = h.n + excluded.n
         RETURNING 1
+    ),
+    minutes AS (
+        INSERT INTO history_minutes AS m (minute, status, n)
+        SELECT t.minute, t.status, sum(t.n) FROM taken t
+         WHERE t.finishes AND t.minute >= now() - interval '2 days'
+         GROUP BY t.minute, t.status
+         ORDER BY t.minute, t.status
+        ON CONFLICT (minute, status) DO UPDATE SET n = m.n + excluded.n
+        RETURNING 1
     )
     SELECT coalesce(sum(s.rows), 0) INTO folded FROM sums s;
     DELETE FROM history_counts WHERE n = 0;
+    DELETE FROM history_minutes WHERE minute < now() - interval '2 days' OR n = 0;
     RETURN folded;
 END
 $$;
@@ -290,8 +317,9 @@ END
 $$;
 
 -- The maintenance service's upkeep of the history, every few seconds from any worker:
--- partitions for yesterday to _days_ahead days ahead (both statuses), the count deltas
--- folded, up to _legacy rows of an older release's finished rows moved. Returns what it did
+-- partitions for yesterday (or the oldest day of an older release's rows still in `jobs`)
+-- to _days_ahead days ahead (both statuses), the count deltas folded, up to _legacy rows of
+-- an older release's finished rows moved. Returns what it did
 -- as JSON ({"created": n, "folded": n, "moved": n}).
 CREATE FUNCTION history_upkeep(_days_ahead int, _legacy int) RETURNS jsonb
     LANGUAGE plpgsql SECURITY DEFINER
@@ -300,10 +328,21 @@ AS $$
 DECLARE
     created int := 0;
     today   date := history_day(now());
+    first   date := today - 1;
+    oldest  date;
     d       date;
     s       text;
 BEGIN
-    FOR d IN SELECT today + g.k FROM generate_series(-1, greatest(_days_ahead, 0)) AS g(k) LOOP
+    -- An older release's finished rows still in `jobs` get their days' partitions before
+    -- they move (else the DEFAULT partitions take them and retention sweeps them by rows);
+    -- at most a year back (older days stay in DEFAULT).
+    SELECT history_day(min(j.finished_at)) INTO oldest
+      FROM jobs j WHERE j.status IN ('succeeded', 'failed');
+    IF oldest IS NOT NULL THEN
+        first := least(first, greatest(oldest, today - 366));
+    END IF;
+    FOR d IN SELECT first + g.k
+               FROM generate_series(0, today + greatest(_days_ahead, 0) - first) AS g(k) LOOP
         FOREACH s IN ARRAY ARRAY['succeeded', 'failed'] LOOP
             BEGIN
                 IF history_ensure_partition(s, d) THEN
@@ -321,27 +360,34 @@ BEGIN
 END
 $$;
 
--- Retention: removes finished jobs of the given statuses that finished before _cutoff, and
--- returns how many. Every day partition wholly before the cut-off is dropped (its rows and
--- its counts go together; no row is visited); only the partition holding the cut-off, the
--- DEFAULT partitions and an older release's rows still in `jobs` are swept row by row, at
--- most _limit rows each call (NULL: no limit). A partition whose lock is busy past
--- lock_timeout is swept by rows instead, or dropped by a later call.
+-- Retention: removes finished jobs of the given statuses that finished before _cutoff.
+-- A call drops at most one day partition wholly before the cut-off (its rows and its counts
+-- go together; no row is visited) and returns (its row count, true) at once, so the lock
+-- the DROP takes on the status's history table (ACCESS EXCLUSIVE: completions and readers
+-- wait) is held only until this call commits; the caller calls again while it reports a
+-- drop. With no partition left to drop, it sweeps by rows the partition holding the cut-off,
+-- the DEFAULT partitions and an older release's rows still in `jobs`, at most _limit rows
+-- each (NULL: no limit), and returns (rows, false). The DROP waits at most 100 ms for its
+-- lock (a long read of the history in the way): the partition is then swept by rows, or
+-- dropped by a later call. It takes the counts' fold lock first, so no fold of that day's
+-- deltas runs beside it.
 CREATE FUNCTION history_prune(_statuses text[], _cutoff timestamptz, _limit bigint)
-RETURNS bigint
+RETURNS TABLE (removed bigint, dropped boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path FROM CURRENT
-    SET lock_timeout = '500ms'
+    SET lock_timeout = '100ms'
 AS $$
+#variable_conflict use_column
 DECLARE
-    removed bigint := 0;
     swept   bigint;
+    legacy  bigint;
     part    record;
     rows_in bigint;
+    _day    date;
+    _status text;
 BEGIN
     FOR part IN
-        SELECT c.relname, p.relname AS parent,
-               substr(c.relname, length(p.relname) + 2) AS suffix
+        SELECT c.relname, p.relname AS parent
           FROM pg_inherits i
           JOIN pg_class c ON c.oid = i.inhrelid
           JOIN pg_class p ON p.oid = i.inhparent
@@ -349,28 +395,26 @@ BEGIN
            AND p.relname IN ('jobs_history_succeeded', 'jobs_history_failed')
            AND substr(p.relname, length('jobs_history_') + 1) = ANY (_statuses)
            AND c.relname ~ '_[0-9]{8}$'
-         ORDER BY c.relname
+         ORDER BY right(c.relname, 8), c.relname
     LOOP
+        _day := to_date(right(part.relname, 8), 'YYYYMMDD');
+        _status := substr(part.parent, length('jobs_history_') + 1);
         -- The partition of day D holds finished_at in [D, D+1) UTC.
-        CONTINUE WHEN (to_date(right(part.relname, 8), 'YYYYMMDD') + 1)::timestamp
-                      AT TIME ZONE 'UTC' > _cutoff;
+        EXIT WHEN (_day + 1)::timestamp AT TIME ZONE 'UTC' > _cutoff;
         BEGIN
+            PERFORM pg_advisory_xact_lock(
+                hashtextextended(current_schema() || ':history_counts', 0));
             SELECT coalesce(sum(t.n), 0) INTO rows_in
               FROM (SELECT f.n FROM history_counts f
-                     WHERE f.day = to_date(right(part.relname, 8), 'YYYYMMDD')
-                       AND f.status = substr(part.parent, length('jobs_history_') + 1)
+                     WHERE f.day = _day AND f.status = _status
                     UNION ALL
                     SELECT x.n FROM history_count_deltas x
-                     WHERE x.day = to_date(right(part.relname, 8), 'YYYYMMDD')
-                       AND x.status = substr(part.parent, length('jobs_history_') + 1)) t;
+                     WHERE x.day = _day AND x.status = _status) t;
             EXECUTE format('DROP TABLE %I', part.relname);
-            DELETE FROM history_counts
-             WHERE day = to_date(right(part.relname, 8), 'YYYYMMDD')
-               AND status = substr(part.parent, length('jobs_history_') + 1);
-            DELETE FROM history_count_deltas
-             WHERE day = to_date(right(part.relname, 8), 'YYYYMMDD')
-               AND status = substr(part.parent, length('jobs_history_') + 1);
-            removed := removed + rows_in;
+            DELETE FROM history_counts f WHERE f.day = _day AND f.status = _status;
+            DELETE FROM history_count_deltas x WHERE x.day = _day AND x.status = _status;
+            RETURN QUERY SELECT rows_in, true;
+            RETURN;
         EXCEPTION WHEN lock_not_available THEN
             NULL;  -- swept by rows below, or dropped by a later call
         END;
@@ -389,7 +433,6 @@ BEGIN
      USING picked p
      WHERE h.status = p.status AND h.finished_at = p.finished_at AND h.id = p.id;
     GET DIAGNOSTICS swept = ROW_COUNT;
-    removed := removed + swept;
 
     DELETE FROM jobs j
      WHERE j.id IN (SELECT d.id FROM jobs d
@@ -399,8 +442,8 @@ BEGIN
                      ORDER BY d.finished_at
                      LIMIT _limit
                        FOR UPDATE SKIP LOCKED);
-    GET DIAGNOSTICS swept = ROW_COUNT;
-    RETURN removed + swept;
+    GET DIAGNOSTICS legacy = ROW_COUNT;
+    RETURN QUERY SELECT swept + legacy, false;
 END
 $$;
 

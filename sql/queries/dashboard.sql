@@ -112,20 +112,28 @@ SELECT CASE WHEN bool_or(c.reltuples >= 0)
 
 -- name: dashboard_throughput
 -- Jobs finished per minute over the last "minutes" minutes (the current one last), zeros
--- included. Reads the finished_at range of the history's recent partitions only.
-WITH f AS (
-    SELECT date_trunc('minute', j.finished_at) AS at,
-           count(*) FILTER (WHERE j.status = 'succeeded') AS ok,
-           count(*) FILTER (WHERE j.status = 'failed') AS bad
-      FROM {schema}.jobs_all j
-     WHERE j.status IN ('succeeded', 'failed')
-       AND j.finished_at >= date_trunc('minute', now())
-                            - make_interval(mins => %(minutes)s::int - 1)
-     GROUP BY 1
+-- included: the history's per-minute counts (history_minutes and the deltas not folded yet,
+-- 0008; a few rows a minute however many jobs finished), plus an older release's finished
+-- rows still in `jobs` (jobs_finished_idx's recent range).
+WITH since AS (
+    SELECT date_trunc('minute', now()) - make_interval(mins => %(minutes)s::int - 1) AS t
+),
+f AS (
+    SELECT c.minute AS at,
+           sum(c.n) FILTER (WHERE c.status = 'succeeded') AS ok,
+           sum(c.n) FILTER (WHERE c.status = 'failed') AS bad
+      FROM (SELECT m.minute, m.status, m.n FROM {schema}.history_minutes m, since
+             WHERE m.minute >= since.t
+            UNION ALL
+            SELECT d.minute, d.status, d.n FROM {schema}.history_count_deltas d, since
+             WHERE d.finishes AND d.minute >= since.t
+            UNION ALL
+            SELECT date_trunc('minute', j.finished_at), j.status, 1 FROM {schema}.jobs j, since
+             WHERE j.status IN ('succeeded', 'failed') AND j.finished_at >= since.t) c
+     GROUP BY c.minute
 )
-SELECT m.at, coalesce(f.ok, 0), coalesce(f.bad, 0)
-  FROM generate_series(date_trunc('minute', now()) - make_interval(mins => %(minutes)s::int - 1),
-                       date_trunc('minute', now()), interval '1 minute') AS m(at)
+SELECT m.at, coalesce(f.ok, 0)::bigint, coalesce(f.bad, 0)::bigint
+  FROM since, generate_series(since.t, date_trunc('minute', now()), interval '1 minute') AS m(at)
   LEFT JOIN f ON f.at = m.at
  ORDER BY m.at
 

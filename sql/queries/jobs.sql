@@ -302,9 +302,11 @@ SELECT r.id, r.type
 
 
 -- name: job_prune
--- Retention: finished rows older than the cut-off (history_prune, 0008: whole day partitions
--- dropped, the rest swept oldest first, at most "limit" rows a call when given).
-SELECT {schema}.history_prune(
+-- Retention: finished rows older than the cut-off (history_prune, 0008): one whole day
+-- partition dropped (dropped = true: call again), else the rest swept oldest first, at most
+-- "limit" rows a call when given.
+SELECT p.removed, p.dropped
+  FROM {schema}.history_prune(
     %(statuses)s::text[],
     coalesce(%(before)s::timestamptz, now() - make_interval(secs => %(age)s::float8)),
-    %(limit)s::bigint)
+    %(limit)s::bigint) p

@@ -238,7 +238,7 @@ def legacy_schema(pg_dsn: str, schema: str) -> str:
             "now() - make_interval(hours => g), jsonb_build_object('r', g) "
             "FROM generate_series(1, 25) g "
             "UNION ALL SELECT 'old.bad', '{{}}', 'failed', 3, 3, 'E: gone', 'k1', "
-            "now() - interval '1 day', NULL "
+            "now() - interval '10 days', NULL "
             "UNION ALL SELECT 'old.live', '{{}}', 'pending', 0, 3, NULL, NULL, NULL, NULL"
         ).format(s=sql.Identifier(schema)))
     return schema
@@ -264,6 +264,11 @@ def test_an_upgraded_schema_reads_its_old_finished_jobs_and_moves_them_in_batche
         assert _q(pg_dsn, schema, "SELECT id::text, status FROM {s}.jobs") == [
             (i, "pending") for i in [j.id for j in queue.find(types=["old.live"])]]
         assert queue.get(newest_ok.id) == newest_ok
+        # Each moved into its own day's partition, made for it (not the DEFAULT one).
+        where = dict(_q(
+            pg_dsn, schema, "SELECT h.status, h.tableoid::regclass::text FROM {s}.jobs_history h"
+                            " WHERE h.type = 'old.bad'"))
+        assert where["failed"].endswith(f"jobs_history_failed_{_day(-10)}")
         assert _true_counts(pg_dsn, schema) == {"succeeded": 25, "failed": 1, "pending": 1}
         counts = queue.count_by_status()
         assert (counts[JobStatus.SUCCEEDED], counts[JobStatus.FAILED]) == (25, 1)

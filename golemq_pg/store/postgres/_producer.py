@@ -198,7 +198,14 @@ def job_prune(
         "age": None if age is None else float(age),
         "limit": limit,
     }
-    return max(int((yield Rows(ctx.queries["job_prune"], args, prepare=False))[0][0]), 0)
+    # One statement a dropped day partition (the lock its DROP takes is held until that
+    # statement commits, not through the rest of the prune), then one sweep by rows.
+    removed = 0
+    while True:
+        count, dropped = (yield Rows(ctx.queries["job_prune"], args, prepare=False))[0]
+        removed += max(int(count), 0)
+        if not dropped:
+            return removed
 
 
 def now(ctx: PlanContext) -> Plan[datetime]:
