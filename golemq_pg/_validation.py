@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -21,6 +21,18 @@ from golemq_pg.errors import QueuePayloadError
 MAX_NAME_LENGTH = 255
 #: The longest job id: a positive bigint in decimal (``add()`` returns ids as strings).
 MAX_JOB_ID_DIGITS = 19
+#: The largest job id: ids are bigints.
+MAX_JOB_ID = 2**63 - 1
+#: The largest ``max_attempts``: the column is an integer.
+MAX_ATTEMPTS = 2**31 - 1
+#: The shortest ``every`` of a schedule, in seconds.
+MIN_EVERY_SECONDS = 1.0
+#: The timestamps a job may carry: what reads back as a Python datetime in any time zone
+#: (a day inside ``datetime``'s years 1-9999 in UTC; PostgreSQL stores far wider, and a
+#: ``run_at`` of 0001-01-01 05:00+14:00, stored as a year-0 instant, made every read of it
+#: fail).
+MIN_TIMESTAMP = datetime(1, 1, 2, tzinfo=UTC)
+MAX_TIMESTAMP = datetime(9999, 12, 30, tzinfo=UTC)
 #: The longest pause reason accepted (the ``paused_types.reason`` column's bound).
 MAX_PAUSE_REASON = 1000
 MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -66,8 +78,21 @@ def check_name(value: object, what: str) -> str:
         raise ValueError(f"{what} must be a non-empty string")
     if len(value) > MAX_NAME_LENGTH:
         raise ValueError(f"{what} must be at most {MAX_NAME_LENGTH} characters")
+    return check_text(value, what)
+
+
+def check_text(value: str, what: str) -> str:
+    """Text the database can store and give back: no NUL character (PostgreSQL's text
+    cannot hold one) and no lone surrogate (not Unicode: it cannot be encoded to UTF-8)."""
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"{what} must be valid Unicode text (it holds a lone surrogate)"
+            ) from None
     return value
 
 
@@ -102,8 +127,11 @@ def check_job_id(job_id: object) -> str:
     if isinstance(job_id, bool) or not isinstance(job_id, str | int):
         raise ValueError("job_id must be a string")
     text = str(job_id)
-    if not text.isdigit() or len(text) > MAX_JOB_ID_DIGITS:
+    # isascii: str.isdigit() also accepts "²" and other scripts' digits, which no id holds.
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_JOB_ID_DIGITS:
         raise ValueError("job_id must be a job id as returned by add()")
+    if int(text) > MAX_JOB_ID:
+        raise ValueError("job_id must be a job id as returned by add() (it is past bigint)")
     return text
 
 
@@ -115,9 +143,7 @@ def check_pause_reason(reason: object) -> str | None:
         raise ValueError(f"reason must be a string, got {type(reason).__name__}")
     if len(reason) > MAX_PAUSE_REASON:
         raise ValueError(f"reason must be at most {MAX_PAUSE_REASON} characters")
-    if "\x00" in reason:
-        raise ValueError("reason must not contain NUL characters")
-    return reason
+    return check_text(reason, "reason")
 
 
 def check_positive_int(value: object, what: str) -> int:
@@ -125,6 +151,22 @@ def check_positive_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{what} must be a positive integer")
     return value
+
+
+def check_max_attempts(value: object, what: str = "max_attempts") -> int:
+    """A positive int that fits the ``max_attempts`` column (at most 2**31-1)."""
+    attempts = check_positive_int(value, what)
+    if attempts > MAX_ATTEMPTS:
+        raise ValueError(f"{what} must be at most {MAX_ATTEMPTS} (2**31-1)")
+    return attempts
+
+
+def check_every(value: object) -> float:
+    """A schedule's ``every``: a duration of at least one second."""
+    seconds = to_seconds(value, "every", allow_zero=False)
+    if seconds < MIN_EVERY_SECONDS:
+        raise ValueError("every must be at least one second")
+    return seconds
 
 
 def check_int(value: object, what: str) -> int:
@@ -160,6 +202,21 @@ def check_aware(value: object, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware")
     return value
+
+
+def check_timestamp(value: object, what: str) -> datetime:
+    """A timezone-aware datetime a job may carry: one that reads back (between
+    :data:`MIN_TIMESTAMP` and :data:`MAX_TIMESTAMP` in UTC)."""
+    aware = check_aware(value, what)
+    try:
+        utc = aware.astimezone(UTC)
+    except OverflowError:  # its UTC instant is outside datetime's years 1-9999
+        utc = None
+    if utc is None or not MIN_TIMESTAMP <= utc <= MAX_TIMESTAMP:
+        raise ValueError(
+            f"{what} must be between 0001-01-02 and 9999-12-30 UTC (a time that reads back)"
+        )
+    return aware
 
 
 def check_tags(tags: object, what: str = "tags") -> tuple[str, ...] | None:
@@ -215,12 +272,21 @@ def encode_payload(job_type: str, payload: object) -> bytes:
     _check_mapping(job_type, payload, 0, {id(payload)})
     try:
         encoded = orjson.dumps(payload if isinstance(payload, dict) else dict(payload))
-    except (TypeError, orjson.JSONEncodeError):  # defensive: the walk accepts only JSON
+    except (TypeError, orjson.JSONEncodeError) as exc:
         # Chain nothing: an encoder message could quote part of the payload.
-        raise QueuePayloadError(job_type, "not JSON-serialisable") from None
+        raise QueuePayloadError(job_type, _encoding_failure(exc)) from None
     if len(encoded) > MAX_PAYLOAD_BYTES:
         raise QueuePayloadError(job_type, f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
     return encoded
+
+
+def _encoding_failure(exc: Exception) -> str:
+    """The category of an encoding the walk let through. The walk accepts only JSON types
+    and does not look into strings (that would cost every payload a scan): a lone surrogate
+    ("\\udc80", not Unicode) is found by the encoder, whose message quotes nothing."""
+    if "surrogates not allowed" in str(exc):
+        return "lone surrogate in a string (not valid Unicode)"
+    return "not JSON-serialisable"
 
 
 def encode_payloads(job_type: str, payloads: Iterable[object]) -> list[bytes]:
@@ -328,8 +394,8 @@ def encode_result(value: object) -> bytes:
         raise ValueError(f"result is not JSON-safe: {exc.category}") from None
     try:
         encoded = orjson.dumps(value, default=_mapping_as_dict)
-    except (TypeError, orjson.JSONEncodeError):  # defensive: the walk accepts only JSON
-        raise ValueError("result is not JSON-safe: not JSON-serialisable") from None
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise ValueError(f"result is not JSON-safe: {_encoding_failure(exc)}") from None
     if len(encoded) > MAX_PAYLOAD_BYTES:
         size = len(encoded)
         raise ValueError(

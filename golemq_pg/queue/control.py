@@ -19,6 +19,7 @@ from golemq_pg._validation import (
     check_name,
     check_pause_reason,
     check_required_scope,
+    check_text,
 )
 from golemq_pg.queue.core import QueueCore, QueuePlan
 from golemq_pg.store import calls
@@ -120,7 +121,7 @@ def cancel(q: QueueCore[Any], job_id: str, *, reason: str | None = None) -> Queu
 def _cancel(q: QueueCore[Any], selector: CancelFilter, reason: str | None) -> QueuePlan[int]:
     if reason is not None and not isinstance(reason, str):
         raise ValueError("reason must be a string")
-    reason = (reason or "cancelled")[:500]
+    reason = check_text((reason or "cancelled")[:500], "reason")
     cancelled: list[CancelledJob] = yield from calls.job_cancel(selector, reason)
     running = [c.id for c in cancelled if c.was_running]
     if running:

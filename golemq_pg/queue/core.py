@@ -22,7 +22,7 @@ import structlog
 
 from golemq_pg._stepping import drive, drive_async, start
 from golemq_pg._types import LifecycleObserver, Transition
-from golemq_pg._validation import check_positive_int
+from golemq_pg._validation import check_max_attempts
 from golemq_pg.store import calls
 from golemq_pg.store.calls import AnyStore, StoreCall
 from golemq_pg.store.port import JobStore
@@ -63,7 +63,7 @@ class QueueCore(Generic[S]):
         observers: Sequence[LifecycleObserver] = (),
     ) -> None:
         self.store = store
-        self.default_max_attempts = check_positive_int(default_max_attempts, "default_max_attempts")
+        self.default_max_attempts = check_max_attempts(default_max_attempts, "default_max_attempts")
         for observer in observers:
             if not callable(getattr(observer, "on_transition", None)):
                 raise ValueError("observers must have an on_transition(transition) method")
@@ -73,7 +73,7 @@ class QueueCore(Generic[S]):
         """``max_attempts`` as given, validated, or the queue's default."""
         if value is None:
             return self.default_max_attempts
-        return check_positive_int(value, "max_attempts")
+        return check_max_attempts(value, "max_attempts")
 
     def _notify(self, transition: Transition) -> None:
         """Tell every observer; one that raises is logged and contained."""

@@ -31,6 +31,7 @@ from golemq_pg._types import (
 )
 from golemq_pg._validation import (
     check_aware,
+    check_every,
     check_int,
     check_job_id,
     check_job_type,
@@ -40,6 +41,8 @@ from golemq_pg._validation import (
     check_scope,
     check_statuses,
     check_tags,
+    check_text,
+    check_timestamp,
     encode_payload,
     encode_payloads,
     to_seconds,
@@ -280,11 +283,14 @@ def schedule(
         raise ValueError("give exactly one of cron= or every=")
     if repeat_from not in ("finished", "run_at"):
         raise ValueError("repeat_from must be 'finished' or 'run_at'")
+    for text, what in ((cron, "cron"), (timezone, "timezone")):
+        if isinstance(text, str):  # their own checks refuse other types
+            check_text(text, what)
     check_timezone(timezone)
     start: datetime | None = None
     if start_at is not None:
-        start = check_aware(start_at, "start_at")
-    every_s = to_seconds(every, "every", allow_zero=False) if every is not None else None
+        start = check_timestamp(start_at, "start_at")
+    every_s = check_every(every) if every is not None else None
     prio = check_int(priority, "priority")
     attempts = q._max_attempts(max_attempts)
     encoded = encode_payload(name, payload)
@@ -443,7 +449,7 @@ def _when(run_at: datetime | None, delay: Duration | None) -> tuple[datetime | N
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
     if run_at is not None:
-        return check_aware(run_at, "run_at"), 0.0
+        return check_timestamp(run_at, "run_at"), 0.0
     if delay is not None:
         return None, to_seconds(delay, "delay")
     return None, 0.0

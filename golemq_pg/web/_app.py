@@ -1,7 +1,9 @@
 """``create_app``: the dashboard's Starlette application, its guard and its plumbing routes.
 
-The guard (:class:`Guard`, an ASGI middleware) runs before every route: HTTP basic auth
-when configured (``/healthz`` excepted, so a load balancer can probe it), then for a POST
+The guard (:class:`Guard`, an ASGI middleware) runs before every route: the ``Host`` check
+(400 unless the request's ``Host`` is allowed, :mod:`golemq_pg.web._hosts`: DNS rebinding),
+HTTP basic auth when configured (``/healthz`` excepted, so a load balancer can probe it),
+then for a POST
 the read-only refusal and the same-origin check (``Origin``, else ``Referer``, must be the
 app's own scheme://host; neither present is refused too), then security headers on every
 answer (a strict Content-Security-Policy: scripts and styles only from the app itself).
@@ -14,7 +16,7 @@ import base64
 import binascii
 import hmac
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +36,7 @@ from golemq_pg.store import calls
 from golemq_pg.store.calls import AnyStore
 from golemq_pg.store.dashboard import COUNT_CAP
 from golemq_pg.web import _actions, _pages
+from golemq_pg.web._hosts import HostPolicy
 
 #: Seconds /healthz waits for the database before answering 503.
 HEALTH_TIMEOUT = 3.0
@@ -59,6 +62,7 @@ def create_app(
     basic_auth: tuple[str, str] | None = None,
     title: str = "golemq-pg",
     resources: Mapping[str, Resource] | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app over ``store`` (mount it: ``api.mount("/queue", app)``):
     a ``PostgresStore`` or ``InMemoryStore`` (each read then runs in a worker thread) or an
@@ -68,8 +72,14 @@ def create_app(
     (hidden otherwise). ``basic_auth``: ``(user, password)`` every request must carry.
     ``title``: the pages' heading. ``resources``: the workers' resource pools, so the
     workers page can show their in-use cost (without it, only what the database knows: the
-    rate spend of each pool).
+    rate spend of each pool). ``allowed_hosts``: the ``Host`` names the app answers (any
+    other gets 400, so a DNS-rebinding page cannot reach it); None allows the loopback
+    names only (``localhost``, ``127.0.0.1``, ``[::1]``, any port). Mounted on a real
+    domain, pass it: ``["queue.example.com"]``; entries may also be ``"*.example.com"``, an
+    IP address, a network (``"10.0.0.0/8"``: any address literal in it) or ``"*"`` (no
+    check).
     """
+    hosts = HostPolicy.of(allowed_hosts)
     if basic_auth is not None:
         user, password = basic_auth
         if not (isinstance(user, str) and isinstance(password, str) and user and password):
@@ -103,7 +113,7 @@ def create_app(
     app.state.show_payloads = bool(show_payloads)
     app.state.title = title
     app.state.resources = dict(resources or {})
-    app.add_middleware(Guard, basic_auth=basic_auth, read_only=bool(read_only))
+    app.add_middleware(Guard, basic_auth=basic_auth, read_only=bool(read_only), hosts=hosts)
     return app
 
 
@@ -111,10 +121,16 @@ class Guard:
     """Auth, read-only, same-origin and security headers (see the module docstring)."""
 
     def __init__(
-        self, app: ASGIApp, *, basic_auth: tuple[str, str] | None, read_only: bool
+        self,
+        app: ASGIApp,
+        *,
+        basic_auth: tuple[str, str] | None,
+        read_only: bool,
+        hosts: HostPolicy,
     ) -> None:
         self.app = app
         self.read_only = read_only
+        self.hosts = hosts
         self.expected: bytes | None = None
         if basic_auth is not None:
             self.expected = f"{basic_auth[0]}:{basic_auth[1]}".encode()
@@ -139,6 +155,9 @@ class Guard:
     def refusal(self, scope: Scope) -> Response | None:
         """The answer that refuses this request, or None to let it through."""
         headers = Headers(scope=scope)
+        if not self.hosts.allows(headers.get("host")):
+            # Before auth: a rebinding page learns nothing, not even whether auth is on.
+            return PlainTextResponse("host not allowed: see allowed_hosts", status_code=400)
         route = route_path(scope)
         if self.expected is not None and route != "/healthz" and not self.authorized(headers):
             return PlainTextResponse(

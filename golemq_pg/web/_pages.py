@@ -81,18 +81,25 @@ def _job_query(request: Request) -> JobQuery:
         value = params.get(name, "").strip()
         return check_name(value, what) if value else None
 
+    def job_id(name: str) -> str | None:
+        value = params.get(name, "").strip()
+        if not value:
+            return None
+        try:
+            return check_job_id(value)
+        except ValueError:  # said with the parameter's name: the page has two id fields
+            raise ValueError(f"{name} must be a job id (digits, at most 2**63-1)") from None
+
     status_text = params.get("status", "").strip()
     tag = params.get("tag", "").strip()
-    job_id = params.get("id", "").strip()
-    after = params.get("after", "").strip()
     return JobQuery(
         type=text("type", "type"),
         status=check_status(status_text) if status_text else None,
         scope_type=text("scope_type", "scope_type"),
         scope_id=text("scope_id", "scope_id"),
         tag=(check_tags([tag], "tag") or (None,))[0] if tag else None,
-        job_id=check_job_id(job_id) if job_id else None,
-        after=check_job_id(after) if after else None,
+        job_id=job_id("id"),
+        after=job_id("after"),
         limit=PAGE_SIZE,
     )
 

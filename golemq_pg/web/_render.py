@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -31,6 +32,8 @@ def environment() -> Environment:
     env.filters["age"] = age
     env.filters["json"] = as_json
     env.filters["count"] = capped_count
+    env.filters["segment"] = path_segment
+    env.tests["dot_segment"] = is_dot_segment
     return env
 
 
@@ -48,6 +51,19 @@ def page(
     }
     html = environment().get_template(template).render(values)
     return HTMLResponse(html, status_code=status_code)
+
+
+def path_segment(value: object) -> str:
+    """A value as one percent-encoded URL path segment (or query value): every byte but
+    ``A-Za-z0-9_.-~`` encoded, "/" included, so a type named ``evil/../victim`` stays one
+    segment and a browser cannot resolve it to another route. The routes see it decoded."""
+    return quote(str(value), safe="")
+
+
+def is_dot_segment(value: object) -> bool:
+    """Whether ``value`` is "." or "..": a path segment no encoding keeps (browsers resolve
+    ``%2e%2e`` like ``..``), so a form cannot post to a URL naming it."""
+    return str(value) in (".", "..")
 
 
 def when(value: datetime | None) -> str:

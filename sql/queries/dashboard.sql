@@ -139,11 +139,12 @@ SELECT m.at, coalesce(f.ok, 0)::bigint, coalesce(f.bad, 0)::bigint
 
 
 -- name: dashboard_jobs_page
--- One page of jobs newest first, in the id range [floor, before): the range bounds the scan
--- however rare the filter's matches are. NULL filters are no filters.
+-- One page of jobs newest first, in the id range [floor, last]: the range bounds the scan
+-- however rare the filter's matches are. NULL filters are no filters. (The upper bound is
+-- inclusive so that the largest bigint id is a range of its own without an overflow.)
 SELECT {fragment_summary_columns}
   FROM {schema}.jobs_all j
- WHERE j.id < %(before)s::bigint AND j.id >= %(floor)s::bigint
+ WHERE j.id <= %(last)s::bigint AND j.id >= %(floor)s::bigint
    AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
    AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
    AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)

@@ -6,17 +6,20 @@ SQL, and changes nothing: no job, no schedule, no progress.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import decimal
 import math
 import threading
 import uuid
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from golemq_pg import (
+    AsyncQueue,
     JobEvent,
     Queue,
     QueueConfigError,
@@ -223,3 +226,103 @@ def test_concurrent_bad_input_never_half_writes(store: Any) -> None:
         t.join(60)
     assert not errors
     assert sum(store.job_count_by_status().values()) == 4 * 10 * 2
+
+
+# -- values that would be stored but not read back ----------------------------------------
+
+PLUS_14 = timezone(timedelta(hours=14))
+MINUS_14 = timezone(timedelta(hours=-14))
+#: Aware times whose UTC instant is outside what reads back (year 0, year 10000, the edges).
+UNREADABLE_TIMES = [datetime(1, 1, 1, 5, tzinfo=PLUS_14), datetime(1, 1, 1, tzinfo=UTC),
+                    datetime(9999, 12, 31, 20, tzinfo=MINUS_14),
+                    datetime(9999, 12, 31, tzinfo=UTC)]
+
+
+def _all_writes(queue: Any, **kwargs: Any) -> list[Callable[[], Any]]:
+    return [lambda: queue.add("t", {}, **kwargs), lambda: queue.add_many("t", [{}], **kwargs)]
+
+
+@pytest.mark.parametrize("when", UNREADABLE_TIMES, ids=range(len(UNREADABLE_TIMES)))
+def test_a_run_at_that_cannot_be_read_back_is_refused(store: Any, when: datetime) -> None:
+    queue = Queue(store)
+    for call in _all_writes(queue, run_at=when):
+        with pytest.raises(ValueError, match="run_at"):
+            call()
+    with pytest.raises(ValueError, match="start_at"):
+        queue.schedule("k", "t", {}, every=60, start_at=when)
+    with pytest.raises(ValueError, match="run_at"):
+        asyncio.run(AsyncQueue(store).add("t", {}, run_at=when))
+    _nothing_written(store)
+
+
+def test_the_earliest_and_latest_run_at_read_back_everywhere(store: Any) -> None:
+    queue = Queue(store)
+    first = queue.add("t", {}, run_at=datetime(1, 1, 2, 14, tzinfo=PLUS_14))
+    last = queue.add("t", {}, run_at=datetime(9999, 12, 29, 10, tzinfo=MINUS_14))
+    assert first is not None
+    assert last is not None
+    assert queue.get(first).run_at == datetime(1, 1, 2, tzinfo=UTC)  # type: ignore[union-attr]
+    assert queue.get(last).run_at == datetime(9999, 12, 30, tzinfo=UTC)  # type: ignore[union-attr]
+    assert {j.id for j in queue.find(types=["t"])} == {first, last}
+
+
+def test_max_attempts_past_the_integer_column_is_refused(store: Any) -> None:
+    queue = Queue(store)
+    for bad in (2**31, 2**63, 10**30):
+        for call in _all_writes(queue, max_attempts=bad):
+            with pytest.raises(ValueError, match="max_attempts must be at most 2147483647"):
+                call()
+        with pytest.raises(ValueError, match="max_attempts"):
+            queue.schedule("k", "t", {}, every=60, max_attempts=bad)
+        with pytest.raises(ValueError, match="default_max_attempts"):
+            Queue(store, default_max_attempts=bad)
+        with pytest.raises(ValueError, match="max_attempts"):
+            asyncio.run(AsyncQueue(store).add("t", {}, max_attempts=bad))
+    _nothing_written(store)
+    job_id = queue.add("t", {}, max_attempts=2**31 - 1)
+    assert queue.get(job_id).max_attempts == 2**31 - 1  # type: ignore[arg-type, union-attr]
+
+
+@pytest.mark.parametrize("every", [0.5, 0.999, timedelta(milliseconds=999), 1e-9],
+                         ids=range(4))
+def test_an_every_under_one_second_is_refused(store: Any, every: Any) -> None:
+    with pytest.raises(ValueError, match="every must be at least one second"):
+        Queue(store).schedule("k", "t", {}, every=every)
+    with pytest.raises(ValueError, match="every"):
+        asyncio.run(AsyncQueue(store).schedule("k", "t", {}, every=every))
+    _nothing_written(store)
+
+
+LONE = "\udc80"  # half of a surrogate pair: not Unicode, cannot be encoded to UTF-8
+
+
+def test_lone_surrogates_are_refused_naming_the_field(store: Any) -> None:
+    queue = Queue(store)
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: queue.add("t" + LONE, {}), "job type"),
+        (lambda: queue.add_many(LONE, [{}]), "job type"),
+        (lambda: queue.add("t", {}, dedupe_key=LONE), "dedupe_key"),
+        (lambda: queue.add("t", {}, scope=(LONE, "1")), "scope type"),
+        (lambda: queue.add("t", {}, scope=("S", "1" + LONE)), "scope id"),
+        (lambda: queue.add("t", {}, tags=["a" + LONE]), "tags"),
+        (lambda: queue.add("t", {"s": CANARY + LONE}), "surrogate"),
+        (lambda: queue.add("t", {"k" + LONE: CANARY}), "surrogate"),
+        (lambda: queue.add("t", {"deep": [{"s": LONE}]}), "surrogate"),
+        (lambda: queue.add_many("t", [{}, {"s": LONE}]), "surrogate"),
+        (lambda: queue.schedule(LONE, "t", {}, every=60), "schedule key"),
+        (lambda: queue.schedule("k", "t", {"s": LONE}, every=60), "surrogate"),
+        (lambda: queue.schedule("k", "t", {}, cron="0 " + LONE + " * * *"), "cron"),
+        (lambda: queue.schedule("k", "t", {}, every=60, timezone=LONE), "timezone"),
+        (lambda: queue.pause("t", "deploy " + LONE), "reason"),
+        (lambda: queue.find(types=[LONE]), "job type"),
+        (lambda: queue.cancel_for_scope(("S", LONE)), "scope id"),
+        (lambda: asyncio.run(AsyncQueue(store).add("t", {"s": LONE})), "surrogate"),
+        (lambda: asyncio.run(AsyncQueue(store).add(LONE, {})), "job type"),
+    ]
+    for call, field in cases:
+        with pytest.raises(ValueError, match=field) as info:
+            call()
+        assert CANARY not in str(info.value)
+        assert LONE not in str(info.value)
+    _nothing_written(store)
+    assert store.type_paused() == {}

@@ -4,12 +4,13 @@ environment, and serving with basic auth (the browser test drives the unauthenti
 from __future__ import annotations
 
 import base64
+import socket
 
 import httpx
 import pytest
 
 from golemq_pg import PostgresStore
-from golemq_pg.cli.web import is_loopback
+from golemq_pg.cli.web import allowed_hosts, is_loopback
 from tests.support.cli import assert_clean_failure, run_cli
 from tests.support.web_server import web_process
 
@@ -33,6 +34,18 @@ def test_loopback_addresses_are_recognised() -> None:
     assert not any(map(is_loopback, ["0.0.0.0", "::", "10.0.0.1", "example.com"]))  # noqa: S104
 
 
+def test_the_hosts_answered_are_loopback_the_bound_host_and_allowed_hosts() -> None:
+    assert allowed_hosts("127.0.0.1", ()) == ["localhost", "127.0.0.1", "::1"]
+    assert allowed_hosts("192.0.2.10", ("queue.example.com",)) == [
+        "localhost", "127.0.0.1", "::1", "192.0.2.10", "queue.example.com"]
+    assert "dash.example.com" in allowed_hosts("dash.example.com", ())
+    # Every interface: any address literal (it cannot be rebound) and this machine's names.
+    for wildcard in ("0.0.0.0", "::"):  # noqa: S104
+        hosts = allowed_hosts(wildcard, ())
+        assert {"0.0.0.0/0", "::/0", socket.gethostname()} <= set(hosts)
+        assert wildcard not in hosts
+
+
 def test_served_with_basic_auth_from_the_environment(
     pg_store: PostgresStore, pg_dsn: str, schema: str
 ) -> None:
@@ -43,3 +56,6 @@ def test_served_with_basic_auth_from_the_environment(
         answer = httpx.get(url + "/", headers={"authorization": "Basic " + token})
         assert answer.status_code == 200
         assert "Overview" in answer.text
+        # DNS rebinding: the right credentials under a name the server was not bound to.
+        rebound = {"authorization": "Basic " + token, "host": "attacker.example"}
+        assert httpx.get(url + "/", headers=rebound).status_code == 400

@@ -184,7 +184,7 @@ def test_a_grouped_job_type_needs_a_scope_to_be_scheduled(store: Any) -> None:
 
 def test_interval_schedules_fire_through_the_worker(store: Any) -> None:
     queue = Queue(store)
-    queue.schedule("heartbeat", "beat", {"k": 1}, every=0.2)
+    queue.schedule("heartbeat", "beat", {"k": 1}, every=1)  # the shortest every there is
     runs: list[float] = []
     worker = Worker(store, poll_interval=0.05)
 
@@ -195,11 +195,11 @@ def test_interval_schedules_fire_through_the_worker(store: Any) -> None:
 
     worker.start()
     try:
-        wait_until(lambda: len(runs) >= 3, timeout=10)
+        wait_until(lambda: len(runs) >= 3, timeout=15)
     finally:
         worker.stop()
     gaps = [b - a for a, b in itertools.pairwise(runs)]
-    assert all(gap >= 0.15 for gap in gaps)  # repeat_from="finished": one at a time, spaced
+    assert all(gap >= 0.9 for gap in gaps)  # repeat_from="finished": one at a time, spaced
 
 
 def _every(key: str, seconds: float, repeat_from: str = "run_at") -> ScheduleParams:

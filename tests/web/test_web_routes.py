@@ -4,9 +4,12 @@ every page, the actions and what they change, and the 400/401/403/404/503 answer
 from __future__ import annotations
 
 import base64
+import re
 import socket
 from collections.abc import Callable
+from urllib.parse import quote, unquote
 
+import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -280,7 +283,7 @@ def test_posts_from_another_origin_or_without_one_are_refused(
     assert dashboard.post(f"/jobs/{job_id}/retry", origin=None).status_code == 403
     foreign = {"referer": "http://evil.test/jobs"}
     assert dashboard.post(f"/jobs/{job_id}/retry", origin=None, headers=foreign).status_code == 403
-    assert dashboard.post("/types/t/pause", origin="https://dash.test").status_code == 403
+    assert dashboard.post("/types/t/pause", origin="https://localhost").status_code == 403
     assert _status(pg_store, job_id) is JobStatus.FAILED
     assert pg_store.type_paused() == {}
     own = {"referer": f"{ORIGIN}/jobs/{job_id}"}
@@ -321,9 +324,19 @@ def test_basic_auth_guards_every_route_but_healthz(
 
 def test_pages_carry_a_strict_content_security_policy(dashboard: Dashboard) -> None:
     headers = dashboard.get("/").headers
-    assert "script-src 'self'" in headers["content-security-policy"]
+    policy = headers["content-security-policy"]
+    assert "script-src 'self';" in policy
+    assert "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert "unsafe-eval" not in policy
     assert headers["x-frame-options"] == "DENY"
     assert dashboard.get("/static/app.js").status_code == 200
+    # The policy allows no inline script, so no page carries one (it would not run).
+    for path in ("/", "/?fragment=live", "/jobs", "/failed", "/schedules", "/workers"):
+        html = dashboard.get(path).text
+        assert re.findall(r"<script(?![^>]*\bsrc=)", html) == [], path
+        assert re.search(r"\son[a-z]+\s*=", html) is None, path
+        assert "javascript:" not in html, path
 
 
 def test_mounted_under_a_prefix_links_and_redirects_stay_under_it(
@@ -342,3 +355,136 @@ def test_mounted_under_a_prefix_links_and_redirects_stay_under_it(
     assert answer.status_code == 303
     assert answer.headers["location"] == f"/queue/jobs/{job_id}?notice=run-now"
     assert parent.get("/jobs").status_code == 404  # nothing outside the mount
+
+
+# -- Host (DNS rebinding) -----------------------------------------------------------------
+
+
+def test_a_request_whose_host_is_not_allowed_gets_400_and_changes_nothing(
+    pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    # The probe: a page on attacker.example re-pointed at 127.0.0.1 posts "same-origin".
+    job_id = web_queue.add("t", {"secret": "hunter2"})
+    dashboard = Dashboard(create_app(pg_store, show_payloads=True))
+    rebound = {"host": "attacker.example:8091"}
+    answer = dashboard.post("/types/t/pause", origin="http://attacker.example:8091",
+                            headers=rebound)
+    assert answer.status_code == 400
+    assert pg_store.type_paused() == {}
+    for path in ("/", f"/jobs/{job_id}", "/jobs", "/healthz", "/static/app.js"):
+        page = dashboard.get(path, headers=rebound)
+        assert page.status_code == 400, path
+        assert "hunter2" not in page.text
+        assert "content-security-policy" in page.headers
+    for host in ("", "attacker.example", "localhost.attacker.example", "[::1]evil",
+                 "127.0.0.1:80:80", "localhost:http", "127.0.0.1@attacker.example"):
+        assert dashboard.get("/", headers={"host": host}).status_code == 400, host
+    # The loopback names, on any port, and IPv6 in brackets.
+    for host in ("localhost", "localhost:8091", "LOCALHOST.", "127.0.0.1:8091", "[::1]:8091",
+                 "[::1]"):
+        assert dashboard.get("/", headers={"host": host}).status_code == 200, host
+    # Actions still need a same-origin Origin on an allowed host.
+    assert dashboard.post("/types/t/pause", origin="http://attacker.example:8091",
+                          headers={"host": "localhost:8091"}).status_code == 403
+    assert pg_store.type_paused() == {}
+    page = dashboard.get(f"/jobs/{job_id}", headers={"host": "[::1]:8091"})
+    assert "hunter2" in page.text
+
+
+def test_allowed_hosts_names_the_domain_a_mounted_app_is_reached_by(
+    pg_store: PostgresStore
+) -> None:
+    app = create_app(pg_store, allowed_hosts=["queue.example.com", "*.internal.test",
+                                              "10.0.0.0/8"])
+    dashboard = Dashboard(Starlette(routes=[Mount("/queue", app)]))
+    for host, status in [("queue.example.com", 200), ("QUEUE.example.com:443", 200),
+                         ("a.internal.test", 200), ("internal.test", 400),
+                         ("10.1.2.3:8080", 200), ("11.0.0.1", 400), ("localhost", 400),
+                         ("queue.example.com.attacker.example", 400)]:
+        assert dashboard.get("/queue/", headers={"host": host}).status_code == status, host
+    anywhere = Dashboard(create_app(pg_store, allowed_hosts=["*"]))
+    assert anywhere.get("/", headers={"host": "attacker.example"}).status_code == 200
+    for bad in (["a b"], ["http://x/"], [""], "localhost", ["x/99"], [None]):
+        with pytest.raises(ValueError, match="allowed_hosts"):
+            create_app(pg_store, allowed_hosts=bad)  # type: ignore[arg-type]
+
+
+# -- names in URLs ------------------------------------------------------------------------
+
+#: Type names that a path built without encoding would turn into another route or type.
+HOSTILE_NAMES = ["evil/../victim.type", "a/pause", "x/resume/pause", "100%", "%2e%2e",
+                 "q?x=1&y=2", "h#frag", "ünïcödé ✓ 型", "with space", "back\\slash", "+plus",
+                 "..x", "semi;colon", "a/", "/lead"]
+
+
+def test_type_names_round_trip_through_links_and_pause_resume_forms(
+    pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    dashboard = Dashboard(create_app(pg_store))
+    web_queue.add("victim.type", {})
+    ids = {name: web_queue.add(name, {}) for name in [*HOSTILE_NAMES, ".", ".."]}
+    overview = dashboard.get("/").text
+    for name in HOSTILE_NAMES:
+        segment = quote(name, safe="")
+        # Every link and form names the type as one encoded segment.
+        assert f'href="/jobs?type={segment}"' in overview, name
+        action = f"/types/{segment}/pause"
+        assert f'action="{action}"' in overview, name
+        listed = dashboard.get(f"/jobs?type={segment}").text
+        assert f'data-id="{ids[name]}"' in listed, name
+        assert dashboard.post(action, {"reason": "r"}).status_code == 303, name
+        assert set(pg_store.type_paused()) == {name}, name  # victim.type untouched
+        resume = f"/types/{segment}/resume"
+        assert f'action="{resume}"' in dashboard.get("/").text, name
+        assert dashboard.post(resume).status_code == 303, name
+        assert pg_store.type_paused() == {}, name
+    # "." and "..": no encoding survives a browser's dot-segment rule, so no form names them.
+    assert '<tr data-type=".">' in overview  # listed, with no pause form
+    assert 'action="/types/./pause"' not in overview
+    assert 'action="/types/../pause"' not in overview
+
+
+# -- no input answers 500 -----------------------------------------------------------------
+
+#: Raw query values: past bigint, negative, non-numeric, other scripts' digits, NUL bytes,
+#: broken percent-escapes, overlong and surrogate UTF-8, markup, very long.
+HOSTILE_VALUES = [
+    b"9223372036854775807", b"9223372036854775808", b"99999999999999999999", b"-1", b"0",
+    b"1e3", b"%EF%BC%91", b"%C2%B2", b"abc", b"%00", b"1%00", b"a%00b", b"%", b"%zz",
+    b"%FF%FE", b"%C0%AF", b"%ED%A0%80", b"%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+    b"x" * 20_000, b"%27;DROP+TABLE+jobs--", b"+++", b"", b"failed%00", b"..%2F..",
+    b"%E2%80%AE", b"1&id=2&id=3",
+]
+PARAMETERS = ["type", "status", "scope_type", "scope_id", "tag", "id", "after", "before", "q",
+              "fragment", "notice", "unknown"]
+
+
+def test_no_query_value_or_job_id_makes_a_page_answer_500(
+    pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    dashboard = Dashboard(create_app(pg_store))
+    job_id = web_queue.add("t", {"secret": "hunter2"}, scope=("S", "1"), tags=["x"])
+    assert job_id is not None
+    answers: list[tuple[str, int, str]] = []
+    for value in HOSTILE_VALUES:
+        # /jobs reads every filter: one parameter at a time, so each is checked.
+        for name in PARAMETERS:
+            query = name.encode() + b"=" + value
+            answers.append((f"/jobs?{query!r}", *dashboard.raw_get("/jobs", query)))
+        # The other pages read at most notice / fragment: every parameter at once.
+        query = b"&".join(name.encode() + b"=" + value for name in PARAMETERS)
+        for path in ("/", f"/jobs/{job_id}", "/failed", "/schedules", "/workers", "/healthz"):
+            answers.append((f"{path}?{query[:60]!r}", *dashboard.raw_get(path, query)))
+        path = "/jobs/" + unquote(value.decode("latin-1"))
+        answers.append((repr(path[:60]), *dashboard.raw_get(path)))
+    for what, status, body in answers:
+        assert status in (200, 307, 400, 404), (what, status)  # 307: "/jobs/" to "/jobs"
+        assert "hunter2" not in body, what
+        assert "<script>alert" not in body, what
+    # The probe's cases: the largest bigint is a job id like any other, one past it is not.
+    assert dashboard.raw_get("/jobs", b"id=9223372036854775807")[0] == 200
+    for query in (b"id=9223372036854775808", b"after=9223372036854775808", b"id=-1"):
+        status, body = dashboard.raw_get("/jobs", query)
+        assert status == 400
+        assert f"{query.split(b'=')[0].decode()} must be a job id" in body
+    assert dashboard.raw_get("/jobs/9223372036854775808")[0] == 404

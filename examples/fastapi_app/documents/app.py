@@ -98,6 +98,7 @@ def build_api(settings: Settings | None = None) -> FastAPI:
     api = FastAPI(title="documents", lifespan=lifespan)
     # Mounted as it is, its actions (retry, cancel, pause) are open to anyone who reaches
     # the API: in production pass basic_auth=... or read_only=True, or guard /queue upstream.
+    # It answers the loopback names only; on a domain pass allowed_hosts=["docs.example.com"].
     api.mount("/queue", dashboard)
 
     @api.post("/documents", status_code=status.HTTP_201_CREATED)

@@ -101,7 +101,7 @@ def dashboard_jobs(ctx: PlanContext, query: JobQuery) -> Plan[JobPage]:
         number = rows.int_id(query.job_id)
         if number is None:
             return JobPage((), None)
-        args.update(before=number + 1, floor=number)
+        args.update(last=number, floor=number)
 
         def one() -> Plan[JobPage]:
             yield _bounded(ctx)
@@ -118,7 +118,7 @@ def dashboard_jobs(ctx: PlanContext, query: JobQuery) -> Plan[JobPage]:
         highest = int(top[0][0]) if top else 1
         before = highest if after is None else min(after, highest)
         floor = max(before - window, 0)
-        args.update(before=before, floor=floor)
+        args.update(last=before - 1, floor=floor)
         found = yield _read(ctx, "dashboard_jobs_page", args)
         jobs = tuple(rows.summary(r) for r in found)
         if len(jobs) == limit:
