@@ -8,9 +8,14 @@ every caller:
   the row it failed on ("Failing row contains (...)"), payload included;
 * a bounded length, the cut marked with ``...``;
 * a broken ``__str__`` never breaks the caller (logging, an outcome write, an exit message).
+
+A failed attempt's traceback (:func:`traceback_text`) is the one longer text: stored with the
+attempt for the operator (``AttemptError.traceback``), bounded at its end, and never logged.
 """
 
 from __future__ import annotations
+
+import traceback as _traceback
 
 #: The text used when an exception's ``__str__`` itself raises.
 UNPRINTABLE = "<unprintable error>"
@@ -46,4 +51,54 @@ def error_text(error: BaseException, *, limit: int = DEFAULT_LIMIT, with_type: b
     return text
 
 
-__all__ = ["DEFAULT_LIMIT", "UNPRINTABLE", "error_text"]
+#: How much of a failed attempt's traceback is kept: its last 16 KiB (UTF-8 bytes).
+TRACEBACK_LIMIT = 16 * 1024
+#: The first line of a traceback cut to :data:`TRACEBACK_LIMIT` (counted within the limit).
+TRACEBACK_CUT = "[traceback cut to its last 16 KiB]\n"
+
+
+def traceback_text(error: BaseException) -> str | None:
+    """The traceback of a failed attempt as the standard library formats it (no locals:
+    ``capture_locals`` stays off, so no payload reaches it through a frame's variables),
+    bounded by :func:`bounded_traceback`; None for an error that was never raised (a handler
+    that returned False, a timeout, an unstorable result: no frame to show).
+
+    Never for logs: the text holds the whole message and source lines, which may say what a
+    handler's exception says about its payload. It is stored with the attempt, for the
+    operator, and shown where the payload may be (the job page, ``golemq-pg show``).
+    """
+    if error.__traceback__ is None:
+        return None
+    try:
+        text = "".join(_traceback.format_exception(error))
+    except Exception:  # noqa: BLE001 - formatting must never break the outcome write
+        text = "".join(_traceback.format_exception(error.__class__, None, error.__traceback__))
+    return bounded_traceback(text)
+
+
+def bounded_traceback(text: str | None) -> str | None:
+    """``text`` as a store keeps it: at most :data:`TRACEBACK_LIMIT` UTF-8 bytes, the end kept
+    (the innermost frames and the error), after a :data:`TRACEBACK_CUT` line when cut; NUL
+    characters and lone surrogates (PostgreSQL's text refuses both) escaped as ``\\x00`` and
+    ``\\udxxx``. Both stores apply it, so a port caller cannot store more."""
+    if text is None:
+        return None
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= TRACEBACK_LIMIT:
+        return data.decode("utf-8")
+    room = TRACEBACK_LIMIT - len(TRACEBACK_CUT.encode("utf-8"))
+    # "ignore" drops the bytes of a character cut in two at the start of the tail.
+    return TRACEBACK_CUT + data[-room:].decode("utf-8", "ignore")
+
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "TRACEBACK_CUT",
+    "TRACEBACK_LIMIT",
+    "UNPRINTABLE",
+    "bounded_traceback",
+    "error_text",
+    "traceback_text",
+]

@@ -50,13 +50,19 @@ class AttemptError:
 
     ``error`` is the same bounded text as ``last_error`` (type and first line of the
     message, never the payload); ``worker_id`` is None when the reaper recorded the failure
-    (a lease that expired) rather than the worker that ran it.
+    (a lease that expired) rather than the worker that ran it. ``traceback`` is the
+    exception's traceback as the standard ``traceback`` module formats it, without locals,
+    its last 16 KiB; None when nothing was raised (a handler that returned False, a timeout,
+    the reaper's lost lease) or the attempt was recorded before tracebacks were kept. It
+    holds the whole exception message and source lines, so it is shown only where the
+    payload may be (the dashboard's job page, ``golemq-pg show``) and never logged.
     """
 
     attempt: int
     at: datetime
     error: str
     worker_id: str | None
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

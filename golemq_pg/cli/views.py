@@ -67,8 +67,11 @@ def job_detail(
         "updated_at": _iso(job.updated_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
+        # Each attempt's traceback (None: nothing was raised): the operator's, like the
+        # payload, and like it never in a log; it may say what the exception said.
         "errors": [
-            {"attempt": e.attempt, "at": _iso(e.at), "error": e.error, "worker_id": e.worker_id}
+            {"attempt": e.attempt, "at": _iso(e.at), "error": e.error, "worker_id": e.worker_id,
+             "traceback": e.traceback}
             for e in job.errors
         ],
         "result": job.result,
@@ -86,8 +89,9 @@ _SUMMARY_KEYS = (
 
 
 def render_job(detail: dict[str, Any]) -> Any:
-    """The summary as ``key  value`` lines, the attempt history as a table, then the result
-    (and the payload when :func:`job_detail` put one in), both as JSON."""
+    """The summary as ``key  value`` lines, the attempt history as a table and each attempt's
+    traceback, then the result (and the payload when :func:`job_detail` put one in), both as
+    JSON."""
     import json  # noqa: PLC0415
 
     from rich.console import Group  # noqa: PLC0415
@@ -114,6 +118,11 @@ def render_job(detail: dict[str, Any]) -> Any:
         history.add_row(str(item["attempt"]), item["at"] or "", item["worker_id"] or "-",
                         item["error"])
     parts.append(history)
+    # Text, not markup: a traceback's brackets are printed as they are.
+    parts.extend(
+        Text(f"traceback of attempt {item['attempt']}:\n{item['traceback'].rstrip()}")
+        for item in detail["errors"] if item["traceback"]
+    )
     parts.append(Text("result: " + ("-" if detail["result"] is None
                                     else json.dumps(detail["result"]))))
     if "payload" in detail:

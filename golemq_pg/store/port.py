@@ -243,6 +243,9 @@ class RetryItem:
     delay: float
     error: str | None
     consume_attempt: bool = True
+    #: The attempt's formatted traceback (``_errortext.traceback_text``), kept in its history
+    #: entry; the store bounds it again (``bounded_traceback``). None: nothing was raised.
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +255,8 @@ class FailItem:
     id: str
     token: int
     error: str | None
+    #: As :attr:`RetryItem.traceback`.
+    traceback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,13 +449,15 @@ class JobStore(DashboardReads, Protocol):
 
     def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed); each attempt
-        is appended to the job's history (the newest :data:`HISTORY_LIMIT` kept)."""
+        is appended to the job's history (the newest :data:`HISTORY_LIMIT` kept), with its
+        traceback bounded to its last 16 KiB (``_errortext.bounded_traceback``)."""
 
     def job_fail_many(
         self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
     ) -> set[str]:
-        """RUNNING -> FAILED (dead letter), the attempt appended to the history; jobs of a
-        type in ``delete_types`` are deleted instead. One "done" hint names the ids."""
+        """RUNNING -> FAILED (dead letter), the attempt appended to the history (with its
+        bounded traceback, as in :meth:`job_retry_many`); jobs of a type in ``delete_types``
+        are deleted instead. One "done" hint names the ids."""
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> PENDING, due now, attempt refunded (claimed but never started)."""

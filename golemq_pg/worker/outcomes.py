@@ -9,6 +9,9 @@ rule. After the signal fired, the reason decides: a timed-out attempt fails what
 handler returned; a shutdown-aborted one that did not succeed is released (attempt
 refunded); a cancelled or lease-lost one was settled when it was aborted, so its result is
 dropped before it gets here.
+Each failed attempt carries its traceback (``_errortext.traceback_text``: the standard
+formatting without locals, the last 16 KiB; None when nothing was raised) into the store's
+attempt history.
 
 Whoever settles a unit (its handler thread, the supervisor abandoning it, a transactional
 thread, shutdown) hands the result to :class:`Outcomes`; it never looks at who did.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from golemq_pg._errortext import traceback_text
 from golemq_pg.store.port import FailItem, RetryItem
 from golemq_pg.worker.backoff import JobTimeout, describe_error
 from golemq_pg.worker.events import SHUTDOWN, TIMEOUT
@@ -55,6 +59,9 @@ class Outcomes:
             return
         jobs = unit.jobs
         policy = self.policy
+        # Formatted once per attempt (a batch's jobs share it), on the thread that settles it.
+        # Only for the attempt's history: never logged (it holds the whole message).
+        trace = traceback_text(error)
         if len(jobs) == 1:
             job = jobs[0]
             decision = policy.decide(job.id, job.type, job.attempt, job.max_attempts, error)
@@ -62,11 +69,11 @@ class Outcomes:
                 completer.retry(
                     unit,
                     [RetryItem(job.id, job.lease_token, decision.delay, decision.error,
-                               decision.consume_attempt)],
+                               decision.consume_attempt, trace)],
                     consumed=decision.consume_attempt,
                 )
             else:
-                completer.fail(unit, [FailItem(job.id, job.lease_token, decision.error)])
+                completer.fail(unit, [FailItem(job.id, job.lease_token, decision.error, trace)])
             return
         # A batch shares one decision (so its jobs stay together), taken at the batch's
         # attempt; a job whose own budget is spent is dead-lettered alone.
@@ -76,17 +83,17 @@ class Outcomes:
         )
         text = decision.error or describe_error(error)
         if not decision.retry:
-            completer.fail(unit, [FailItem(job.id, job.lease_token, text) for job in jobs])
+            completer.fail(unit, [FailItem(job.id, job.lease_token, text, trace) for job in jobs])
             return
         retries: list[RetryItem] = []
         fails: list[FailItem] = []
         for job in jobs:
             if decision.consume_attempt and job.attempt >= job.max_attempts:
-                fails.append(FailItem(job.id, job.lease_token, text))
+                fails.append(FailItem(job.id, job.lease_token, text, trace))
             else:
                 retries.append(
                     RetryItem(job.id, job.lease_token, decision.delay, text,
-                              decision.consume_attempt)
+                              decision.consume_attempt, trace)
                 )
         if retries:
             completer.retry(unit, retries, consumed=decision.consume_attempt)

@@ -6,7 +6,7 @@
 -- N outcomes costs one round trip.
 --
 -- The writes given a list of ids run inside functions of migration 0007 (complete_jobs and
--- the others), which plan with their own settings so that `jobs` is only ever read through
+-- the others; fail_jobs and retry_jobs with a traceback per item since 0010), which plan with their own settings so that `jobs` is only ever read through
 -- the primary key, one descent per id: a statement here was planned from the partial indexes
 -- on running rows whenever the statistics said nothing ran (a VACUUM ANALYZE while idle),
 -- and then read every running row and every dead entry of that index on each call. The
@@ -42,24 +42,25 @@ SELECT {schema}.complete_jobs_deleting(
 
 
 -- name: job_fail_many
--- RUNNING -> FAILED (dead letter) with the last error, appended to the attempt history
--- (append_attempt_error in 0002, the newest %(history)s kept). Rows of a type in
--- delete_types (delete_on="always") are deleted instead, under the same fence. The ids
--- written either way are announced once on the "done" channel.
+-- RUNNING -> FAILED (dead letter) with the last error, appended to the attempt history with
+-- each item's traceback (append_attempt_error and fail_jobs of 0010, the newest %(history)s
+-- kept). Rows of a type in delete_types (delete_on="always") are deleted instead, under the
+-- same fence. The ids written either way are announced once on the "done" channel.
 SELECT f.id
   FROM {schema}.fail_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
-                          %(errors)s::text[], %(delete_types)s::text[], %(history)s::int)
-       AS f(id)
+                          %(errors)s::text[], %(tracebacks)s::text[],
+                          %(delete_types)s::text[], %(history)s::int) AS f(id)
 
 
 -- name: job_retry_many
 -- RUNNING -> PENDING after each item's delay (database clock); an attempt that should not
 -- count (consume_attempt false) is refunded. A superseded keyed job (its key gained a
--- PENDING replacement while it ran) is deleted instead.
+-- PENDING replacement while it ran) is deleted instead. Each attempt is appended to the
+-- history with its traceback (retry_jobs of 0010).
 SELECT r.id
   FROM {schema}.retry_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
-                           %(delays)s::float8[], %(errors)s::text[], %(consume)s::boolean[],
-                           %(history)s::int) AS r(id)
+                           %(delays)s::float8[], %(errors)s::text[], %(tracebacks)s::text[],
+                           %(consume)s::boolean[], %(history)s::int) AS r(id)
 
 
 -- name: job_release_many

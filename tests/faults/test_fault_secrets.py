@@ -53,5 +53,11 @@ def test_secrets_stay_out_of_worker_logs_across_a_crash(fault_env: FaultEnv) -> 
     errors = [e for (e,) in env.q("SELECT last_error FROM {s}.jobs_all")]
     assert len([e for e in errors if e]) >= 4
     assert not [e for e in errors if e and CANARY in e]
+    # the attempts' stored tracebacks (formatted without locals) and the logs' lack of them
+    traces = [t for (t,) in env.q("SELECT a->>'traceback' FROM {s}.jobs_all, "
+                                  "jsonb_array_elements(errors) a")]
+    assert [t for t in traces if t]
+    assert not [t for t in traces if t and CANARY in t]
+    assert "Traceback (most recent call last)" not in text
     report("secrets: canary in payloads vs worker logs (DEBUG) across a SIGKILL",
            log_lines=len(text.splitlines()), canary_found=0, **counts)

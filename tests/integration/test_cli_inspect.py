@@ -1,5 +1,6 @@
 """`golemq-pg workers` and `golemq-pg show`, the real command against the real database:
-tables and JSON, the payload only with --payload, bad and unknown ids."""
+tables and JSON, each attempt's traceback, the payload only with --payload, bad and unknown
+ids."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from psycopg import sql
 
 from golemq_pg import PostgresStore, Queue
-from golemq_pg.store.port import WorkerBeat
+from golemq_pg.store.port import FailItem, WorkerBeat
 from tests.support.cli import assert_clean_failure, run_cli
+from tests.support.store_port import claim
 
 CANARY = "CANARY-pay1oad-5e2d"
 WIDE = {"COLUMNS": "200"}
@@ -78,7 +80,8 @@ def test_show_prints_summary_history_and_result_but_not_the_payload(
     assert detail["tags"] == ["billing", "eu"]
     assert [e["attempt"] for e in detail["errors"]] == [1, 2]
     assert detail["errors"][0] == {"attempt": 1, "at": "2026-01-01T00:00:00+00:00",
-                                   "error": "RuntimeError: boom", "worker_id": "w-a"}
+                                   "error": "RuntimeError: boom", "worker_id": "w-a",
+                                   "traceback": None}
     assert detail["result"] == {"url": "s3://r/1.pdf"}
     text = run_cli("--schema", schema, "show", job_id, dsn=pg_dsn, env=WIDE)
     assert text.returncode == 0, text.stderr
@@ -87,6 +90,31 @@ def test_show_prints_summary_history_and_result_but_not_the_payload(
     for part in ("report.build", "pending", "Account:a1", "billing, eu", "attempt history (2)",
                  "RuntimeError: boom", "s3://r/1.pdf"):
         assert part in text.stdout, text.stdout
+
+
+def test_show_prints_each_attempts_traceback_as_it_is(
+    pg_dsn: str, pg_store: PostgresStore, schema: str,
+) -> None:
+    trace = ("Traceback (most recent call last):\n"
+             '  File "/app/reports.py", line 7, in build_report_pdf\n'
+             "    raise RuntimeError('[bold]boom[/bold] <b>')\n"
+             "RuntimeError: [bold]boom[/bold] <b>\n")
+    job_id = Queue(pg_store).add("report.build", {"secret": CANARY}, max_attempts=1)
+    assert job_id is not None
+    (job,) = claim(pg_store, "report.build", owner="w-a")
+    assert pg_store.job_fail_many("w-a", [FailItem(job_id, job.token, "RuntimeError: boom",
+                                                   trace)]) == {job_id}
+    shown = run_cli("--schema", schema, "show", job_id, "--json", dsn=pg_dsn)
+    assert shown.returncode == 0, shown.stderr
+    (entry,) = json.loads(shown.stdout)["errors"]
+    assert entry["traceback"] == trace
+    text = run_cli("--schema", schema, "show", job_id, dsn=pg_dsn, env=WIDE)
+    assert text.returncode == 0, text.stderr
+    assert "traceback of attempt 1:" in text.stdout
+    # printed as text, rich markup included (never interpreted)
+    for line in trace.splitlines():
+        assert line in text.stdout, text.stdout
+    assert CANARY not in text.stdout
 
 
 def test_show_prints_the_payload_only_with_the_flag(

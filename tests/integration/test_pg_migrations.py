@@ -49,7 +49,7 @@ def _catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple
         "functions": """
             SELECT p.proname, pg_get_functiondef(p.oid)
               FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-             WHERE n.nspname = %s ORDER BY 1""",
+             WHERE n.nspname = %s ORDER BY 1, 2""",  # overloads (0010) share a name
         "triggers": """
             SELECT t.tgname, pg_get_triggerdef(t.oid)
               FROM pg_trigger t

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from golemq_pg import Queue, Resource
 from golemq_pg.store.port import (
@@ -99,6 +100,34 @@ def _complete_and_claim(store: PostgresStore, _conn: psycopg.Connection[Any],
     return result.written
 
 
+#: A failed attempt's traceback, as a worker sends it with each item (migration 0010).
+TRACE = 'Traceback (most recent call last):\n  File "h.py", line 1, in h\nValueError: boom\n'
+
+
+def _previous_form(conn: psycopg.Connection[Any], statement: str, schema: str,
+                   params: list[Any]) -> set[str]:
+    query = sql.SQL(statement).format(schema=sql.Identifier(schema))
+    return {str(row[0]) for row in conn.execute(query, params).fetchall()}
+
+
+def _fail_previous_form(store: PostgresStore, conn: psycopg.Connection[Any],
+                        jobs: list[ClaimedJob]) -> set[str]:
+    return _previous_form(
+        conn, "SELECT f.id FROM {schema}.fail_jobs(%s::text, %s::bigint[], %s::bigint[],"
+        " %s::text[], %s::text[], %s::int) AS f(id)", store.schema,
+        ["w", [int(j.id) for j in jobs], [j.token for j in jobs], ["boom"] * len(jobs), [],
+         20])
+
+
+def _retry_previous_form(store: PostgresStore, conn: psycopg.Connection[Any],
+                         jobs: list[ClaimedJob]) -> set[str]:
+    return _previous_form(
+        conn, "SELECT r.id FROM {schema}.retry_jobs(%s::text, %s::bigint[], %s::bigint[],"
+        " %s::float8[], %s::text[], %s::boolean[], %s::int) AS r(id)", store.schema,
+        ["w", [int(j.id) for j in jobs], [j.token for j in jobs], [1.0] * len(jobs),
+         ["again"] * len(jobs), [True] * len(jobs), 20])
+
+
 #: Every statement given a worker's list of ids: its call, and the indexes it may read
 #: besides the primary key (each with an index condition).
 FENCED_WRITES: dict[str, tuple[Write, frozenset[str]]] = {
@@ -109,14 +138,17 @@ FENCED_WRITES: dict[str, tuple[Write, frozenset[str]]] = {
         "w", jobs, delete_types=["work"]), frozenset()),
     "transactional completion": (_complete_in_a_transaction, frozenset()),
     "fail": (lambda s, _c, jobs: s.job_fail_many(
-        "w", [FailItem(j.id, j.token, "boom") for j in jobs]), frozenset()),
+        "w", [FailItem(j.id, j.token, "boom", TRACE) for j in jobs]), frozenset()),
     "fail deleting": (lambda s, _c, jobs: s.job_fail_many(
-        "w", [FailItem(j.id, j.token, "boom") for j in jobs], delete_types=["work"]),
+        "w", [FailItem(j.id, j.token, "boom", TRACE) for j in jobs], delete_types=["work"]),
         frozenset()),
     # the superseded test probes the pending key of each held keyed row
     "retry": (lambda s, _c, jobs: s.job_retry_many(
-        "w", [RetryItem(j.id, j.token, 1.0, "again") for j in jobs]),
+        "w", [RetryItem(j.id, j.token, 1.0, "again", traceback=TRACE) for j in jobs]),
         frozenset({"jobs_dedupe_pending_uq"})),
+    # the forms a worker of the release before 0010 calls during a rolling upgrade
+    "fail, previous form": (_fail_previous_form, frozenset()),
+    "retry, previous form": (_retry_previous_form, frozenset({"jobs_dedupe_pending_uq"})),
     "release": (lambda s, _c, jobs: s.job_release_many("w", jobs),
                 frozenset({"jobs_dedupe_pending_uq"})),
     "renew": (lambda s, _c, jobs: s.lease_renew("w", jobs, 60.0), frozenset()),

@@ -4,9 +4,10 @@ A canary string rides in every payload; the worker runs every outcome (success w
 progress, failure, retry exhaustion, terminal error, ``False``, timeout, cancellation,
 grouped batch failure, a retryable refund, reaping of an expired lease, a database error on
 the claim) while structlog and stdlib logging are captured at DEBUG. The canary must appear
-in no log line, no exception text, no ``last_error`` and no observer transition. Handlers
-raise exceptions whose messages do not quote the payload (what a handler's own message says
-is the application's business).
+in no log line, no exception text, no ``last_error``, no observer transition and no stored
+traceback (formatted without locals). Handlers raise exceptions whose messages do not quote
+the payload (what a handler's own message says is the application's business; a traceback,
+which holds the whole message, is stored for the operator like the payload, never logged).
 """
 
 from __future__ import annotations
@@ -193,9 +194,15 @@ def test_a_payload_secret_never_reaches_logs_errors_or_observers(store: Any) -> 
     assert "jobs_reaped" in text
     assert "observer_failed" in text
     assert CANARY not in text
-    errors = [j.last_error for j in queue.find(limit=100)]
+    found = queue.find(limit=100)
+    errors = [j.last_error for j in found]
     assert any(errors)
     assert not [e for e in errors if e and CANARY in e]
+    # Tracebacks are stored for the operator (job page, `show`), formatted without locals:
+    # with messages that do not quote the payload, no frame variable brings it in.
+    traces = [a.traceback for j in found for a in j.errors if a.traceback]
+    assert traces
+    assert not [t for t in traces if CANARY in t]
     outcomes = {t.outcome for t in rec.transitions}
     assert {"enqueued", "started", "succeeded", "retry-scheduled", "failed-terminal",
             "cancelled", "reclaimed"} <= outcomes

@@ -22,10 +22,12 @@ from tests.support.web_client import ORIGIN, Dashboard
 HOSTILE = "<script>alert(1)</script>"
 
 
-def _dead_letter(store: PostgresStore, job_type: str, error: str) -> str:
+def _dead_letter(store: PostgresStore, job_type: str, error: str,
+                 traceback: str | None = None) -> str:
     job_id = add(store, job_type, {"secret": "hunter2"})
     (job,) = claim(store, slots(job_type, limit=1))
-    assert store.job_fail_many("w1", [FailItem(job.id, job.lease_token, error)]) == {job_id}
+    assert store.job_fail_many(
+        "w1", [FailItem(job.id, job.lease_token, error, traceback)]) == {job_id}
     return job_id
 
 
@@ -94,6 +96,27 @@ def test_job_page_shows_fields_history_and_only_the_actions_that_apply(
     assert 'id="run-now"' in parked
     assert 'id="cancel"' in parked
     assert 'id="retry"' not in parked
+
+
+def test_job_page_shows_each_attempts_traceback_escaped_and_collapsed(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    trace = ("Traceback (most recent call last):\n"
+             '  File "/app/reports.py", line 7, in build_report_pdf\n'
+             f"    raise ValueError({HOSTILE!r})\n"
+             f"ValueError: {HOSTILE}\n")
+    job_id = _dead_letter(pg_store, "report.build", "ValueError: x", trace)
+    page = dashboard.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    html = page.text
+    assert "<script>alert" not in html
+    assert '<details class="traceback"><summary>traceback</summary><pre class="traceback">' \
+        in html
+    assert "<details open" not in html  # collapsed by default
+    assert "in build_report_pdf" in html
+    assert "ValueError: &lt;script&gt;alert(1)&lt;/script&gt;\n</pre></details>" in html
+    plain = _dead_letter(pg_store, "report.build", "ValueError: y")  # nothing raised: none
+    assert "<details" not in dashboard.get(f"/jobs/{plain}").text
 
 
 def test_payload_is_hidden_unless_show_payloads(

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from golemq_pg._errortext import bounded_traceback
 from golemq_pg._types import AttemptError, JobStatus, JobSummary, ScheduleSummary, Scope
 from golemq_pg.store.port import HISTORY_LIMIT, CancelFilter, FindParams, Notification
 
@@ -67,10 +68,16 @@ class JobRow:
     #: The add's trace context (the jsonb column's object), None when it was not traced.
     trace_context: dict[str, str] | None = None
 
-    def record_attempt(self, error: str | None, worker_id: str | None, now: datetime) -> None:
+    def record_attempt(
+        self, error: str | None, worker_id: str | None, now: datetime,
+        traceback: str | None = None,
+    ) -> None:
         """Append the failed attempt ``attempts`` to the history, keeping the newest
-        :data:`~golemq_pg.store.port.HISTORY_LIMIT` (``append_attempt_error`` in 0002)."""
-        self.errors.append(AttemptError(self.attempts, now, error or "", worker_id))
+        :data:`~golemq_pg.store.port.HISTORY_LIMIT` (``append_attempt_error`` in 0002 and
+        0010), its traceback bounded as the PostgreSQL store bounds it."""
+        self.errors.append(
+            AttemptError(self.attempts, now, error or "", worker_id, bounded_traceback(traceback))
+        )
         if len(self.errors) > HISTORY_LIMIT:
             del self.errors[: len(self.errors) - HISTORY_LIMIT]
 

@@ -309,7 +309,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                     self._jobs.delete(row)
                 else:
                     row.last_error = item.error
-                    row.record_attempt(item.error, row.lease_owner, now)
+                    row.record_attempt(item.error, row.lease_owner, now, item.traceback)
                     self._jobs.finish(row, JobStatus.FAILED, now)
                 written.append(str(row.id))
             self._announce_done(written)
@@ -324,7 +324,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             for row, item in self._held(owner, items):
                 assert isinstance(item, RetryItem)  # noqa: S101 - _held returns the input items
                 row.last_error = item.error
-                row.record_attempt(item.error, row.lease_owner, now)
+                row.record_attempt(item.error, row.lease_owner, now, item.traceback)
                 if not item.consume_attempt:
                     row.attempts = max(row.attempts - 1, 0)
                 self._jobs.back_to_pending(row, now + timedelta(seconds=item.delay), now)

@@ -187,6 +187,8 @@ def attempt_errors(text: str | None) -> tuple[AttemptError, ...]:
             at=datetime.fromisoformat(item["at"]).astimezone(UTC),
             error=str(item["error"]),
             worker_id=item.get("worker_id"),
+            # absent from entries made without one (the reaper, releases before 0010)
+            traceback=item.get("traceback"),
         )
         for item in orjson.loads(text)
     )

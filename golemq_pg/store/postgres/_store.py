@@ -23,6 +23,7 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
+from golemq_pg._errortext import bounded_traceback
 from golemq_pg._types import JobSummary
 from golemq_pg._validation import check_dsn, check_schema
 from golemq_pg.store.port import (
@@ -314,6 +315,7 @@ class PostgresStore(
         args = rows.lease_args(owner, items)
         args["delays"] = [float(i.delay) for i in items]
         args["errors"] = [i.error for i in items]
+        args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
         args["consume"] = [bool(i.consume_attempt) for i in items]
         args["history"] = HISTORY_LIMIT
         return self._write_ids("job_retry_many", args)
@@ -326,6 +328,7 @@ class PostgresStore(
             return set()
         args = rows.lease_args(owner, items)
         args["errors"] = [i.error for i in items]
+        args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
         args["delete_types"] = list(delete_types)
         args["history"] = HISTORY_LIMIT
         return self._write_ids("job_fail_many", args)
