@@ -68,7 +68,7 @@ def test_migrate_gives_up_on_a_lock_a_long_transaction_holds(pg_dsn: str, schema
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         migrate(conn, schema, up_to=1)
     with psycopg.connect(pg_dsn) as holder:
-        holder.execute(sql.SQL("SELECT count(*) FROM {}.jobs_all").format(sql.Identifier(schema)))
+        holder.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema)))
         once = run_cli("migrate", "--schema", schema, "--lock-timeout", "0.1s",
                        "--lock-retries", "0", dsn=pg_dsn)
         assert_clean_failure(once, 1)
