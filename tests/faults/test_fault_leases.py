@@ -67,13 +67,22 @@ def test_s10_reaper_and_completion_on_the_same_expired_rows(fault_env: FaultEnv)
         barrier = threading.Barrier(2)
         out: dict[str, set[str]] = {}
 
+        # Which side starts first alternates by round (a head start of 2 ms, shorter than
+        # either statement), so that both win rows over the run even on a loaded machine,
+        # where one side could otherwise take every row of every round.
+        lead = 0.002
+        complete_after, reap_after = (0.0, lead) if round_no % 2 else (lead, 0.0)
+
         def complete(refs: list[LeaseRef] = refs, out: dict[str, set[str]] = out,
-                     barrier: threading.Barrier = barrier) -> None:
+                     barrier: threading.Barrier = barrier, wait: float = complete_after) -> None:
             barrier.wait()
+            time.sleep(wait)
             out["completed"] = store.job_complete_many(owner, refs)
 
-        def reap(out: dict[str, set[str]] = out, barrier: threading.Barrier = barrier) -> None:
+        def reap(out: dict[str, set[str]] = out, barrier: threading.Barrier = barrier,
+                 wait: float = reap_after) -> None:
             barrier.wait()
+            time.sleep(wait)
             out["reaped"] = {r.id for r in store.lease_recover_expired(1000)}
 
         threads = [threading.Thread(target=complete), threading.Thread(target=reap)]
