@@ -5,18 +5,14 @@ it), is never logged, and is None where nothing was raised."""
 
 from __future__ import annotations
 
-import io
-import logging
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import structlog
 
 from golemq_pg import BatchEvent, JobEvent, JobStatus, PostgresStore, Queue
 from tests.support.in_process import add_job, fast_worker
+from tests.support.logs import captured_logs
 
 CANARY = "CANARY-" + uuid.uuid4().hex
 #: The length of the raising function's local (one digit of attempt number appended).
@@ -26,31 +22,6 @@ SECRET_CHARS = len(CANARY) + 2
 def raising_deep_inside_the_upstream_call(n: int) -> None:
     secret = f"{CANARY}-{n}"  # a local: captured only if locals were (they must not be)
     raise ValueError(f"upstream refused attempt {n} ({len(secret)} chars)")
-
-
-@contextmanager
-def captured_logs() -> Iterator[io.StringIO]:
-    """Every structlog event and stdlib record at DEBUG and up."""
-    buffer = io.StringIO()
-    previous = structlog.get_config()
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer(default=repr)],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
-        logger_factory=structlog.WriteLoggerFactory(file=buffer),
-        cache_logger_on_first_use=False,
-    )
-    handler = logging.StreamHandler(buffer)
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield buffer
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-        structlog.configure(**previous)
 
 
 def _error(attempt: int) -> str:

@@ -29,6 +29,7 @@ from psycopg import sql
 from golemq_pg import (
     BatchEvent,
     JobEvent,
+    JobStatus,
     PostgresStore,
     Queue,
     QueuePayloadError,
@@ -94,7 +95,8 @@ class Broken:
 
 def _all_finished(queue: Queue, expected: int) -> bool:
     counts = queue.count_by_status()
-    return sum(counts.values()) == expected and not (counts["pending"] or counts["running"])
+    return sum(counts.values()) == expected and not (
+        counts[JobStatus.PENDING] or counts[JobStatus.RUNNING])
 
 
 def test_a_payload_secret_never_reaches_logs_errors_or_observers(store: Any) -> None:
