@@ -9,6 +9,7 @@ import os
 import click
 
 from golemq_pg import _embedded
+from golemq_pg.errors import SchemaNotMigrated
 from golemq_pg.cli.base import CliError, announce, db_options, reset_logging, resolve_dsn
 from golemq_pg.cli.processes import (
     TargetError,
@@ -53,6 +54,8 @@ def worker(
     except TargetImportError as exc:
         if os.environ.get("GOLEMQ_DEBUG"):
             raise
+        raise CliError(str(exc)) from None
+    except SchemaNotMigrated as exc:  # one line, exit code 1, before anything is claimed
         raise CliError(str(exc)) from None
 
 
