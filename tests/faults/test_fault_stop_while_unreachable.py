@@ -4,10 +4,12 @@ outage began after the worker started or the worker started during it (each of i
 threads used to wait out the pool's 30 s connection timeout: about a minute).
 
 The outage is an :class:`~tests.support.outage_proxy.OutageProxy` that stops forwarding:
-the suite's server is untouched."""
+the suite's server is untouched. The worker's application logs JSON: every line of its output
+is JSON then, psycopg_pool's connection errors included (they went to stderr bare)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,7 +34,11 @@ MARGIN = 5.0
 APP = textwrap.dedent(
     """
     import os
+    import structlog
     from golemq_pg import PostgresStore, Worker
+
+    structlog.configure(processors=[structlog.processors.add_log_level,
+                                    structlog.processors.JSONRenderer()])
 
     store = PostgresStore.connect(os.environ["GOLEMQ_DSN"], schema=os.environ["TEST_SCHEMA"])
     worker = Worker(store, poll_interval=0.1, shutdown_grace=float(os.environ["TEST_GRACE"]))
@@ -97,7 +103,7 @@ def test_worker_process_exits_within_the_grace_on_sigterm_while_the_database_is_
         proxy.down()
     proc = _start_cli_worker(tmp_path, proxy.dsn(), schema)
     try:
-        _wait_for_line(proc, "worker_started", timeout=60)
+        head = _wait_for_line(proc, "worker_started", timeout=60)
         if outage == "after_start":
             proxy.down()
         # Every service thread is now inside a store call waiting for a connection.
@@ -109,7 +115,12 @@ def test_worker_process_exits_within_the_grace_on_sigterm_while_the_database_is_
             proc.wait()
     assert took < GRACE + MARGIN, (round(took, 1), rest[-3000:])
     assert code == 0, rest[-3000:]
-    assert "worker_stopped" in rest
+    lines = [json.loads(line) for line in (head + rest).splitlines() if line.strip()]
+    events = [line["event"] for line in lines]
+    assert "worker_stopped" in events
+    pool_lines = [line for line in lines if line.get("logger") == "psycopg.pool"]
+    assert pool_lines, events
+    assert all(line["level"] in ("warning", "error", "info") for line in pool_lines)
 
 
 def test_worker_stop_returns_within_the_grace_while_the_database_is_down(
