@@ -9,7 +9,6 @@ import os
 import click
 
 from golemq_pg import _embedded
-from golemq_pg.errors import SchemaNotMigrated
 from golemq_pg.cli.base import (
     CliError,
     announce,
@@ -25,6 +24,7 @@ from golemq_pg.cli.processes import (
     run_worker,
     split_target,
 )
+from golemq_pg.errors import SchemaNotMigrated
 
 
 @click.command()
