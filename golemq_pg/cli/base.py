@@ -12,10 +12,12 @@ line and exit code 1. Each failure names what is wrong, never the input payload.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -127,6 +129,45 @@ def reset_logging(level: int) -> None:
 
     structlog.reset_defaults()
     configure_logging(level)
+
+
+#: The stdlib loggers of libraries whose lines a worker's output carries through structlog.
+BRIDGED_LOGGERS = ("psycopg",)
+
+
+class _StructlogBridge(logging.Handler):
+    """Hands each stdlib record to structlog, as configured at that moment (the CLI's
+    console output, or the application's own set-up, e.g. JSON): ``event`` is the message,
+    ``logger`` the stdlib logger's name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inside = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import structlog  # noqa: PLC0415
+
+        if getattr(self._inside, "active", False):
+            return  # structlog itself logs through stdlib here: never loop
+        self._inside.active = True
+        try:
+            logger = structlog.get_logger("golemq_pg.bridge")
+            logger.log(record.levelno, record.getMessage(), logger=record.name)
+        except Exception:  # noqa: BLE001 - a log line must never break the worker
+            self.handleError(record)
+        finally:
+            self._inside.active = False
+
+
+def route_library_logs() -> None:
+    """Send the lines of :data:`BRIDGED_LOGGERS` (psycopg_pool's connection errors: logger
+    ``psycopg.pool``) through structlog like every other line of a worker, instead of
+    stdlib's bare last-resort output; idempotent."""
+    for name in BRIDGED_LOGGERS:
+        stdlib = logging.getLogger(name)
+        if not any(isinstance(h, _StructlogBridge) for h in stdlib.handlers):
+            stdlib.addHandler(_StructlogBridge())
+        stdlib.propagate = False
 
 
 def announce(message: str) -> None:

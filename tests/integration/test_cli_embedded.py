@@ -44,6 +44,13 @@ def test_migrate_enqueue_stats_on_the_embedded_default(embedded_dir: Path) -> No
     assert str(embedded_dir) in migrate.stderr
     assert "golemq-pg embedded stop" in migrate.stderr
     assert "Warning" not in migrate.stderr
+    # As root, the server runs as a system user of its own, created if missing: said once.
+    root_lines = [line for line in migrate.stderr.splitlines() if "running as root" in line]
+    if os.geteuid() == 0:
+        assert len(root_lines) == 1, migrate.stderr
+        assert "system user 'embedded_postgres'" in root_lines[0]
+    else:
+        assert root_lines == []
 
     enqueue = _cli("enqueue", "demo.echo", '{"x": 1}', directory=embedded_dir)
     assert enqueue.returncode == 0, enqueue.stderr
