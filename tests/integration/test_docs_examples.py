@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from golemq_pg import PostgresStore
+from golemq_pg import PostgresStore, tracing
 from tests.support.doc_blocks import (
     PLACEHOLDER_DSN,
     ROOT,
@@ -59,3 +59,4 @@ def test_the_pages_python_blocks_run(page: Path, docs_database: str,
         for value in list(namespace.values()):
             if isinstance(value, PostgresStore):
                 value.close()
+        tracing.uninstrument()  # a page that instruments leaves the process as it found it
