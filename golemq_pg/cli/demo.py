@@ -188,9 +188,10 @@ def _trickle(queue: Any, count: int, stop: threading.Event, sent: list[int]) -> 
 
 def run_demo(
     dsn: str, *, schema: str = DEMO_SCHEMA, jobs: int = 3000, quiet: bool = False,
-    deadline: float = DEADLINE_SECONDS, console: Any = None,
+    deadline: float = DEADLINE_SECONDS, console: Any = None, prepare: bool = True,
 ) -> DemoResult:
-    """Run the demo against ``dsn`` in ``schema`` (emptied first) and print a summary."""
+    """Run the demo against ``dsn`` in ``schema`` (emptied first) and print a summary.
+    ``prepare=False``: no server-side prepared statements (``--no-prepare``)."""
     from rich.console import Console  # noqa: PLC0415
 
     from golemq_pg import PostgresStore, Queue, Worker  # noqa: PLC0415
@@ -198,7 +199,7 @@ def run_demo(
     console = console or Console()
     counts = plan(jobs)
     tally = _Tally()
-    store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=6)
+    store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=6, prepare=prepare)
     try:
         queue = Queue(store)
         _reset(store, queue)
@@ -331,7 +332,8 @@ def demo(jobs: int, quiet: bool) -> None:
     # The demo dead-letters on purpose: the worker's warnings about it would be noise here.
     reset_logging(logging.ERROR)
     try:
-        result = run_demo(dsn, schema=schema, jobs=jobs, quiet=quiet)
+        result = run_demo(dsn, schema=schema, jobs=jobs, quiet=quiet,
+                          prepare=settings(ctx).prepare)
     except (click.ClickException, click.exceptions.Exit):
         raise
     except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback

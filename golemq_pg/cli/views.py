@@ -11,6 +11,37 @@ from typing import Any
 
 from golemq_pg._types import JobSummary, WorkerSummary
 
+#: The width every table the CLI prints fits in: a cell too long for its share of it is cut
+#: with an ellipsis (``--json`` has every value whole).
+TABLE_WIDTH = 80
+
+
+def console() -> Any:
+    """A rich console at most :data:`TABLE_WIDTH` columns wide (narrower on a narrower
+    terminal), so every table fits an 80-column terminal, piped or not."""
+    from rich.console import Console  # noqa: PLC0415 - keep the CLI's start fast
+
+    detected = Console().width
+    return Console(width=min(detected, TABLE_WIDTH))
+
+
+def table(title: str | None, *columns: str, right: Sequence[str] = ()) -> Any:
+    """A rich table whose cells stay on one line, cut with an ellipsis when too long for the
+    console's width (``right``: the columns aligned right, numbers)."""
+    from rich.table import Table  # noqa: PLC0415 - keep the CLI's start fast
+
+    made = Table(title=title, title_justify="left")
+    for column in columns:
+        made.add_column(column, no_wrap=True, overflow="ellipsis",
+                        justify="right" if column in right else "left")
+    return made
+
+
+def short_time(iso: str | None) -> str:
+    """An ISO timestamp as a table cell: ``2026-05-01 09:00:00`` (to the second, in the
+    offset it was given in: UTC from the store), "" for None."""
+    return "" if iso is None else iso[:19].replace("T", " ")
+
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
@@ -33,18 +64,15 @@ def worker_row(worker: WorkerSummary, now: datetime) -> dict[str, Any]:
 
 def render_workers(rows: Sequence[dict[str, Any]]) -> Any:
     """A table of :func:`worker_row` rows: id, host, pid, state, running, handlers, age."""
-    from rich.table import Table  # noqa: PLC0415 - keep the CLI's start fast
-
-    table = Table(title=f"workers ({len(rows)})", title_justify="left")
-    for column in ("id", "host", "pid", "state", "running", "handlers", "last seen"):
-        table.add_column(column, overflow="fold")
+    made = table(f"workers ({len(rows)})", "id", "host", "pid", "state", "running", "handlers",
+                 "last seen", right=("pid", "running"))
     for row in rows:
         handlers = ", ".join(f"{name}x{count}" for name, count in sorted(row["handlers"].items()))
-        table.add_row(
+        made.add_row(
             row["worker_id"], row["host"], str(row["pid"]), row["state"], str(row["running"]),
             handlers, f"{row['last_seen_age_seconds']:.1f}s ago",
         )
-    return table
+    return made
 
 
 def job_detail(
@@ -111,12 +139,11 @@ def render_job(detail: dict[str, Any]) -> Any:
             value = json.dumps(value)
         summary.add_row(key, "-" if value is None else str(value))
     parts: list[Any] = [summary]
-    history = Table(title=f"attempt history ({len(detail['errors'])})", title_justify="left")
-    for column in ("attempt", "at", "worker", "error"):
-        history.add_column(column, overflow="fold")
+    history = table(f"attempt history ({len(detail['errors'])})", "attempt", "at", "worker",
+                    "error")
     for item in detail["errors"]:
-        history.add_row(str(item["attempt"]), item["at"] or "", item["worker_id"] or "-",
-                        item["error"])
+        history.add_row(str(item["attempt"]), item["at"] or "", Text(item["worker_id"] or "-"),
+                        Text(item["error"]))
     parts.append(history)
     # Text, not markup: a traceback's brackets are printed as they are.
     parts.extend(
@@ -151,10 +178,14 @@ def paused_lines(paused: dict[str, dict[str, str | None]]) -> list[Any]:
 
 
 __all__ = [
+    "TABLE_WIDTH",
+    "console",
     "job_detail",
     "paused_json",
     "paused_lines",
     "render_job",
     "render_workers",
+    "short_time",
+    "table",
     "worker_row",
 ]
