@@ -20,7 +20,6 @@ to nothing.
 
 from __future__ import annotations
 
-import logging
 import os
 
 import click
@@ -42,7 +41,6 @@ from golemq_pg.cli.base import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     check_global_options,
-    configure_logging,
     db_options,
 )
 
@@ -55,7 +53,8 @@ def cli() -> None:
     ctx = click.get_current_context()
     if ctx.invoked_subcommand is not None:
         check_global_options(ctx, cli.get_command(ctx, ctx.invoked_subcommand))
-    configure_logging(logging.WARNING)
+    # Logging is set up when a command first needs the database (base.resolve_dsn), not
+    # here: `golemq-pg CMD --help` must not import structlog (nor rich, which it loads).
 
 
 for _command in (

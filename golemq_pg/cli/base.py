@@ -12,6 +12,7 @@ line and exit code 1. Each failure names what is wrong, never the input payload.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -204,7 +205,10 @@ def announce(message: str) -> None:
 
 
 def resolve_dsn(ctx: click.Context) -> str:
-    """--dsn, else $GOLEMQ_DSN, else start (or reuse) the embedded server and say so."""
+    """--dsn, else $GOLEMQ_DSN, else start (or reuse) the embedded server and say so.
+    Every command that uses the database comes here first: the library's logs are sent to
+    stderr from here on (``configure_logging``), at WARNING."""
+    configure_logging(logging.WARNING)
     try:
         with quiet_platformdirs():
             return _embedded.resolve_dsn(settings(ctx).dsn, announce=announce)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
-import structlog
 
 from golemq_pg._types import JobStatus, Transition
 from golemq_pg.cli.base import (
@@ -36,8 +35,6 @@ from golemq_pg.errors import TerminalJobError
 if TYPE_CHECKING:
     from golemq_pg.queue import Queue
     from golemq_pg.store.postgres import PostgresStore
-
-log = structlog.get_logger("golemq_pg.demo")
 
 #: Every demo job carries this scope so a store without ``drop_schema`` can still be emptied.
 DEMO_SCOPE = ("golemq-demo", "run")

@@ -54,11 +54,12 @@ def render_stats(data: dict[str, Any]) -> Any:
     from rich.console import Group  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
-    made = table(f"golemq-pg jobs at {data['at']}", "type", *_COLUMNS, right=_COLUMNS)
-    for name, counts in sorted(data["by_type"].items()):
-        # Text: a type name is shown as written, never read as markup.
-        made.add_row(Text(name), *(str(counts.get(c, 0)) for c in _COLUMNS))
-    made.add_row("[bold]all[/bold]", *(str(data["totals"].get(c, 0)) for c in _COLUMNS))
+    # Text: a type name is shown as written, never read as markup.
+    cells = [[Text(name), *(str(counts.get(c, 0)) for c in _COLUMNS)]
+             for name, counts in sorted(data["by_type"].items())]
+    cells.append([Text("all", style="bold"), *(str(data["totals"].get(c, 0)) for c in _COLUMNS)])
+    made = table(f"golemq-pg jobs at {data['at']}", ("type", *_COLUMNS), cells, right=_COLUMNS,
+                 keep=_COLUMNS)
     oldest = data["oldest_due_age_seconds"]
     lines: list[Any] = [f"due backlog: {data['due_backlog']}",
              "oldest due job: " + ("-" if oldest is None else f"{oldest:.1f}s ago")]
@@ -126,11 +127,15 @@ def failed(job_type: str | None, limit: int, as_json: bool) -> None:
         return
     from rich.text import Text  # noqa: PLC0415
 
-    made = table(f"dead letters ({len(rows)} shown)", "id", "type", "attempts", "finished",
-                 "last_error", right=("attempts",))
-    for row in rows:
-        made.add_row(row["id"], Text(row["type"]), str(row["attempts"]),
-                     short_time(row["finished_at"]), Text(row["last_error"] or ""))
+    cells = [
+        [str(row["id"]), Text(str(row["type"])), str(row["attempts"]),
+         short_time(row["finished_at"] if isinstance(row["finished_at"], str) else None),
+         Text(str(row["last_error"] or ""))]
+        for row in rows
+    ]
+    made = table(f"dead letters ({len(rows)} shown)",
+                 ("id", "type", "attempts", "finished", "last_error"), cells,
+                 right=("attempts",), keep=("id", "attempts", "finished"))
     out = console()
     out.print(made)
     for line in paused_lines(paused):

@@ -137,12 +137,11 @@ def _split_pending(page: Any, now: Any, bucket: str, limit: int) -> list[JobSumm
 def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.text import Text  # noqa: PLC0415
 
-    made = table(f"jobs ({len(rows)} shown, newest first)", "id", "type", "status",
-                 "attempts", "run_at", "last_error", right=("attempts",))
-    for row in rows:
-        made.add_row(
-            row["id"], Text(row["type"]), row["status"],
-            str(row["attempts"]), short_time(row["run_at"]),
-            Text(row["last_error"] or ""),
-        )
-    console().print(made)
+    cells = [
+        [row["id"], Text(row["type"]), row["status"], str(row["attempts"]),
+         short_time(row["run_at"]), Text(row["last_error"] or "")]
+        for row in rows
+    ]
+    console().print(table(f"jobs ({len(rows)} shown, newest first)",
+                          ("id", "type", "status", "attempts", "run_at", "last_error"), cells,
+                          right=("attempts",), keep=("id", "status", "attempts", "run_at")))
