@@ -82,6 +82,26 @@ def stop_server(directory: Path | None = None) -> bool:
     return True
 
 
+def running_dsn(directory: Path | None = None) -> str | None:
+    """The DSN of the embedded server running in ``directory`` (the one the commands use),
+    read from its ``postmaster.pid`` (PostgreSQL's own record: pid, data directory, start
+    time, port, socket directory, listen address, ...); None when no server runs there."""
+    directory = directory or data_dir()
+    try:
+        lines = (directory / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0].strip())
+        os.kill(pid, 0)
+        port = int(lines[3].strip())
+    except (OSError, ValueError, IndexError):
+        return None
+    socket_dir = lines[4].strip() if len(lines) > 4 else ""
+    if socket_dir:
+        return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+    listen = (lines[5].strip() if len(lines) > 5 else "") or "localhost"
+    host = "localhost" if listen in ("*", "0.0.0.0", "::") else listen.split(",")[0]  # noqa: S104
+    return f"postgresql://postgres@{host}:{port}/postgres"
+
+
 def reachable(dsn: str) -> bool:
     """Whether a PostgreSQL server answers at ``dsn`` within a few seconds."""
     import psycopg  # noqa: PLC0415 - imported when a server is looked for

@@ -28,7 +28,12 @@ from golemq_pg.errors import SchemaNotMigrated
 
 
 @click.command()
-@db_options
+@db_options(refuse={
+    "--schema": "the worker's own store decides its schema "
+                "(PostgresStore.connect(dsn, schema=...) in MODULE)",
+    "--no-prepare": "the worker's own store decides "
+                    "(PostgresStore.connect(dsn, prepare=False) in MODULE)",
+})
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--processes", type=click.IntRange(min=1, max=256), default=1, show_default=True,
               help="Run N worker processes (each imports TARGET).")
