@@ -91,6 +91,7 @@ def create_app(
         routes=[
             Route("/", _pages.overview, name="overview"),
             Route("/jobs", _pages.jobs, name="jobs"),
+            Route("/jobs/bulk", _actions.bulk, methods=["POST"]),
             Route("/jobs/{job_id}", _pages.job, name="job"),
             Route("/failed", _pages.failed, name="failed"),
             Route("/schedules", _pages.schedules, name="schedules"),

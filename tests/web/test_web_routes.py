@@ -264,9 +264,15 @@ def test_run_now_and_cancel_act_on_one_job(
     # A Referer path that a browser would read as another host is never a redirect target.
     again = dashboard.post(f"/jobs/{later}/run-now", headers={"referer": f"{ORIGIN}//evil.test/x"})
     assert again.headers["location"] == f"/jobs/{later}?notice=unchanged"
-    answer = dashboard.post(f"/jobs/{later}/cancel")
+    ask = dashboard.post(f"/jobs/{later}/cancel")
+    assert ask.status_code == 200  # the confirmation page: nothing cancelled yet
+    assert 'name="confirm" value="1"' in ask.text
+    assert pg_store.job_get(later) is not None
+    answer = dashboard.post(f"/jobs/{later}/cancel", {"confirm": "1"})
     assert answer.status_code == 303
+    assert answer.headers["location"] == f"/jobs?notice=Job+{later}+cancelled."
     assert pg_store.job_get(later) is None
+    assert f"Job {later} cancelled." in dashboard.get(answer.headers["location"]).text
 
 
 def test_pause_and_resume_a_type(dashboard: Dashboard, pg_store: PostgresStore) -> None:
@@ -291,7 +297,7 @@ def test_retry_all_matching_asks_for_confirmation_first(
     assert all(_status(pg_store, i) is JobStatus.FAILED for i in group)  # nothing yet
     done = dashboard.post("/failed/retry", {"type": "a", "error": "Boom: one", "confirm": "yes"})
     assert done.status_code == 303
-    assert done.headers["location"] == "/failed?notice=retried-all"
+    assert done.headers["location"] == "/failed?notice=3+dead+letters+of+a+retried."
     assert all(_status(pg_store, i) is JobStatus.PENDING for i in group)
     assert _status(pg_store, other) is JobStatus.FAILED
     assert dashboard.post("/failed/retry", {"error": "x"}).status_code == 400
