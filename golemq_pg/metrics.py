@@ -11,18 +11,19 @@
   handler's run time, on the outcome of an attempt) and ``golemq_job_wait_seconds{type}``
   (from the job's due time to its handler starting).
 * :class:`QueueCollector` reads the queue's state from the store at scrape time, with two
-  bounded statements: ``golemq_jobs{type,status}``, ``golemq_oldest_due_age_seconds{type}``,
-  ``golemq_workers`` and ``golemq_paused{type}``.
+  bounded statements: ``golemq_queue_jobs{type,status}``,
+  ``golemq_oldest_due_age_seconds{type}``, ``golemq_workers`` and ``golemq_paused{type}``.
 
 Labels are only ``type``, ``outcome`` and ``status``: never a job id, a scope or a payload,
 so the number of series is bounded by the number of job types.
 
-Serve them in the Prometheus text format (:class:`MetricsServer`, :func:`exposition`, or
-``generate_latest``), not OpenMetrics: the contract's counter ``golemq_jobs_total`` and
-gauge ``golemq_jobs`` are distinct names in the text format but one family name
-(``golemq_jobs``) in OpenMetrics, whose parsers refuse the clash. prometheus_client's
-``start_http_server`` answers OpenMetrics to a Prometheus server; ``MetricsServer`` (what
-``golemq-pg worker --metrics-port`` runs) always answers the text format.
+Every family name is distinct in both exposition formats: the Prometheus text format
+(:class:`MetricsServer`, :func:`exposition`, ``generate_latest``) and OpenMetrics
+(``prometheus_client.openmetrics.exposition.generate_latest``, or prometheus_client's
+``start_http_server`` asked by a Prometheus server). The queue gauge was once named
+``golemq_jobs``: OpenMetrics names the counter ``golemq_jobs_total``'s family ``golemq_jobs``
+too, and its parsers refused the clash. ``MetricsServer`` (what ``golemq-pg worker --metrics-port``
+runs) answers the text format, and ``/healthz`` (:class:`HealthCheck`).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ import weakref
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import orjson
 import structlog
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import (
@@ -58,10 +61,10 @@ BUCKETS = (
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 )
 
-#: The statuses of ``golemq_jobs`` (succeeded rows are history: count them with the counter).
+#: The statuses of ``golemq_queue_jobs`` (succeeded rows are history: count them with the counter).
 STATUSES = ("pending", "scheduled", "running", "failed")
 
-#: Default cap of every ``golemq_jobs`` count: a count reads at most this many index entries
+#: Default cap of every ``golemq_queue_jobs`` count: a count reads at most this many index entries
 #: per type and status, so a scrape stays bounded on a backlog or dead-letter pile of millions.
 COUNT_CAP = 100_000
 
@@ -409,9 +412,8 @@ class QueueCollector:
         self.count_cap = count_cap
 
     def describe(self) -> list[Metric]:
-        """Nothing: registering the collector then costs no statement, and the registry does
-        not refuse ``golemq_jobs`` next to the counter ``golemq_jobs_total`` (which claims
-        that family name too)."""
+        """Nothing: registering the collector then costs no statement (a registry calls
+        ``describe`` at registration; without it, ``collect``, which reads the database)."""
         return []
 
     def collect(self) -> Iterable[Metric]:
@@ -444,7 +446,7 @@ class GaugeSnapshot:
     def collect(self) -> list[Metric]:
         """The four gauge families."""
         jobs = GaugeMetricFamily(
-            "golemq_jobs",
+            "golemq_queue_jobs",
             f"Jobs by type and status (pending: due now; scheduled: due later; each count "
             f"capped at {self.count_cap}).",
             labels=("type", "status"),
@@ -495,16 +497,72 @@ class MetricsServeError(RuntimeError):
     """The metrics endpoint could not be served (the port is in use, the host is bad)."""
 
 
+#: Seconds ``/healthz`` waits for the database before answering 503 (as the dashboard's).
+HEALTH_TIMEOUT = 3.0
+
+
+class HealthCheck:
+    """What ``/healthz`` answers: 200 ``{"status": "ok", "database_time": ...}`` when
+    ``store.now()`` returns within ``timeout`` seconds, else 503 ``{"status": "unavailable",
+    "error": ...}`` (the error's type name or ``timeout``; ``starting`` while no store is set
+    yet). The same body as the dashboard's ``/healthz``.
+
+    The statement runs on a thread of its own, so a database that hangs costs a probe
+    ``timeout`` seconds, never more; probes that come while one statement is still waiting
+    wait on that one instead of starting another.
+    """
+
+    def __init__(self, store: JobStore | None = None, *, timeout: float = HEALTH_TIMEOUT) -> None:
+        #: The store asked (None: not known yet, e.g. before the worker is loaded).
+        self.store = store
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._pending: Future[str] | None = None
+
+    def answer(self) -> tuple[int, dict[str, str]]:
+        """The status code and the JSON body, read now."""
+        store = self.store
+        if store is None:
+            return 503, {"status": "unavailable", "error": "starting"}
+        with self._lock:
+            pending = self._pending
+            if pending is None or pending.done():
+                pending = self._pending = Future()
+                threading.Thread(target=_ask, args=(store, pending),
+                                 name="golemq-metrics-health", daemon=True).start()
+        try:
+            now = pending.result(self.timeout)
+        except Exception as exc:  # noqa: BLE001 - any failure to answer is "unavailable"
+            reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+            return 503, {"status": "unavailable", "error": reason}
+        return 200, {"status": "ok", "database_time": now}
+
+
+def _ask(store: JobStore, into: Future[str]) -> None:
+    """The database's time, or the failure reading it, into ``into``."""
+    try:
+        into.set_result(store.now().isoformat())
+    except Exception as exc:  # noqa: BLE001 - reported by HealthCheck.answer
+        into.set_exception(exc)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _MetricsHTTPServer
 
     def do_GET(self) -> None:
-        """``/metrics``: the exposition; anything else: 404."""
-        if self.path.split("?", 1)[0] != "/metrics":
+        """``/metrics``: the exposition; ``/healthz``: the database check; else 404."""
+        route = self.path.split("?", 1)[0]
+        if route == "/metrics":
+            body, content_type = exposition(self.server.source)
+            self._send(200, body, content_type)
+        elif route == "/healthz" and self.server.health is not None:
+            status, answer = self.server.health.answer()
+            self._send(status, orjson.dumps(answer), "application/json")
+        else:
             self.send_error(404)
-            return
-        body, content_type = exposition(self.server.source)
-        self.send_response(200)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -517,16 +575,19 @@ class _Handler(BaseHTTPRequestHandler):
 class _MetricsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     source: Any
+    health: HealthCheck | None
 
 
 class MetricsServer:
     """``/metrics`` on ``host:port`` in a daemon thread, serving ``source.collect()`` (a
     registry, or any collector) in the Prometheus text format, whatever the scraper's
-    Accept header asks (prometheus_client's own server would answer OpenMetrics, where
-    ``golemq_jobs_total`` and ``golemq_jobs`` clash). ``port=0``: any free port (``url``).
+    Accept header asks, and ``/healthz`` when given a :class:`HealthCheck` (404 without
+    one). ``port=0``: any free port (``url``).
     """
 
-    def __init__(self, host: str, port: int, source: Any = REGISTRY) -> None:
+    def __init__(
+        self, host: str, port: int, source: Any = REGISTRY, health: HealthCheck | None = None,
+    ) -> None:
         try:
             self._http = _MetricsHTTPServer((host, port), _Handler)
         except OSError as exc:
@@ -534,6 +595,7 @@ class MetricsServer:
                 f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
             ) from None
         self._http.source = source
+        self._http.health = health
         self._thread = threading.Thread(
             target=self._http.serve_forever, name="golemq-metrics", daemon=True
         )
@@ -560,9 +622,11 @@ __all__ = [
     "BUCKETS",
     "CONTENT_TYPE",
     "COUNT_CAP",
+    "HEALTH_TIMEOUT",
     "STATUSES",
     "Exposition",
     "GaugeSnapshot",
+    "HealthCheck",
     "MetricsServeError",
     "MetricsServer",
     "PrometheusObserver",

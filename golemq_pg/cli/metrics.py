@@ -16,7 +16,11 @@
   parent imports the target too, only for its store (the collector's), and never runs it.
 
 The server is bound before the target is imported, so a port in use fails at once with one
-line and exit code 1. It serves the Prometheus text format (see :mod:`golemq_pg.metrics`).
+line and exit code 1. It serves the Prometheus text format (see :mod:`golemq_pg.metrics`),
+and ``/healthz`` (:class:`~golemq_pg.metrics.HealthCheck`: 200 while the database answers
+the worker's store, or the parent's with ``--processes N``; 503 otherwise, and while the
+target is still loading). ``--metrics-host`` defaults to ``127.0.0.1``: a scraper on another
+machine (or in another container) needs ``--metrics-host 0.0.0.0`` or the address to bind.
 """
 
 from __future__ import annotations
@@ -77,10 +81,11 @@ def run_worker_serving(target: str, host: str, port: int, announce: Callable[[st
     """One process: serve ``/metrics`` while the worker runs."""
     from prometheus_client import REGISTRY  # noqa: PLC0415 - loaded with the extra
 
-    from golemq_pg.metrics import Exposition, QueueCollector  # noqa: PLC0415
+    from golemq_pg.metrics import Exposition, HealthCheck, QueueCollector  # noqa: PLC0415
 
     source = Exposition()
-    server = MetricsServer(host, port, source)
+    health = HealthCheck()  # 503 "starting" until the worker (and its store) is loaded
+    server = MetricsServer(host, port, source, health)
 
     def prepare(worker: Any) -> None:
         observer = attach_observer(worker)
@@ -89,6 +94,7 @@ def run_worker_serving(target: str, host: str, port: int, announce: Callable[[st
         mine = observer if observer.registry is None else observer.registry
         source.sources = tuple(dict.fromkeys((mine, REGISTRY)))
         source.extra = (QueueCollector(worker.store),)
+        health.store = worker.store
         announce(f"serving metrics on {server.url}")
 
     try:
@@ -111,10 +117,11 @@ def run_processes_serving(
         mark_process_dead,
     )
 
-    from golemq_pg.metrics import Exposition, QueueCollector  # noqa: PLC0415
+    from golemq_pg.metrics import Exposition, HealthCheck, QueueCollector  # noqa: PLC0415
 
     source = Exposition()
-    server = MetricsServer(host, port, source)
+    health = HealthCheck()
+    server = MetricsServer(host, port, source, health)
     try:
         with tempfile.TemporaryDirectory(prefix="golemq-metrics-") as path:
             worker = load_worker(target)  # for its store only: the parent runs no handler
@@ -123,6 +130,7 @@ def run_processes_serving(
                 MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
                 source.sources = (ChildSnapshots(path), registry)
                 source.extra = (QueueCollector(worker.store),)
+                health.store = worker.store  # the parent's store: one check for N processes
                 announce(f"serving metrics on {server.url} (children's counts in {path})")
 
                 def dead(pid: int) -> None:

@@ -25,9 +25,11 @@ from golemq_pg.cli.processes import (
 @click.option("--processes", type=click.IntRange(min=1, max=256), default=1, show_default=True,
               help="Run N worker processes (each imports TARGET).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
-              help="Serve Prometheus /metrics on this port (needs the metrics extra).")
-@click.option("--metrics-host", default="0.0.0.0", show_default=True,  # noqa: S104 - a scrape target
-              help="The address /metrics listens on.")
+              help="Serve Prometheus /metrics and /healthz on this port (needs the metrics "
+              "extra).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="The address the metrics port listens on (0.0.0.0: every interface, for "
+              "a scraper on another host or container).")
 @click.option("--metrics-child", is_flag=True, hidden=True)  # set by --processes N for its children
 def worker(
     target: str, processes: int, metrics_port: int | None, metrics_host: str, metrics_child: bool,
@@ -36,7 +38,8 @@ def worker(
 
     --dsn (or the embedded server) is exported to the module as $GOLEMQ_DSN; the module's
     store decides its schema. --metrics-port adds a PrometheusObserver to the worker unless
-    it has one and serves /metrics (every process's counts with --processes N).
+    it has one and serves /metrics (every process's counts with --processes N) and /healthz
+    (200 while the database answers, else 503).
     """
     ctx = click.get_current_context()
     try:

@@ -1,8 +1,10 @@
 """`golemq-pg worker --metrics-port` as a real process: /metrics scraped over HTTP, with one
-process and with --processes 2 (every child's counts summed by the parent)."""
+process and with --processes 2 (every child's counts summed by the parent), and /healthz on
+the same port (200 while the database answers, 503 when it does not)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,13 +12,17 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from golemq_pg import PostgresStore, Queue
+from golemq_pg.metrics import HealthCheck, MetricsServer
 from tests.support.cli import assert_clean_failure, run_cli
 from tests.support.waiting import wait_until
 
@@ -41,8 +47,7 @@ JOBS = 20
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of the exposition at ``url``, by (name, sorted labels)."""
-    # what a Prometheus server asks for: the text format comes back all the same, because
-    # in OpenMetrics golemq_jobs_total (a counter) and golemq_jobs (a gauge) would clash
+    # what a Prometheus server asks for: the text format comes back all the same
     accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
     request = urllib.request.Request(url, headers={"Accept": accept})  # noqa: S310 - http
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - our http URL
@@ -53,6 +58,18 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text) for s in family.samples
     }
+
+
+def health(url: str) -> tuple[int, dict[str, str]]:
+    """The status and JSON body of GET ``url`` (a /healthz)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - our http URL
+            status, content_type, body = (response.status, response.headers["Content-Type"],
+                                          response.read())
+    except urllib.error.HTTPError as error:  # 503
+        status, content_type, body = error.code, error.headers["Content-Type"], error.read()
+    assert content_type == "application/json"
+    return status, json.loads(body)
 
 
 def succeeded(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
@@ -94,7 +111,7 @@ def test_metrics_port_serves_every_process_counts(
     env.update(GOLEMQ_DSN=pg_dsn, TEST_SCHEMA=schema, TEST_LEDGER=str(ledger))
     proc = subprocess.Popen(
         [sys.executable, "-m", "golemq_pg.cli", "worker", "cli_metrics_app:worker",
-         "--processes", str(processes), "--metrics-port", "0", "--metrics-host", "127.0.0.1"],
+         "--processes", str(processes), "--metrics-port", "0"],  # the default host
         cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     stderr = Stderr(proc)
@@ -104,7 +121,11 @@ def test_metrics_port_serves_every_process_counts(
         line = stderr.find("serving metrics on ")
         assert line is not None
         url = line.split("serving metrics on ", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")  # --metrics-host defaults to loopback
         wait_until(lambda: len(pg_store.worker_list()) == processes, 60, what="the workers")
+        status, body = health(url.replace("/metrics", "/healthz"))
+        assert (status, body["status"]) == (200, "ok"), body
+        assert body["database_time"].startswith(str(pg_store.now().year))
         queue = Queue(pg_store)
         for i in range(JOBS):
             queue.add("cli.metric", {"i": i})
@@ -122,7 +143,8 @@ def test_metrics_port_serves_every_process_counts(
                         (("outcome", "succeeded"), ("type", "cli.metric")))] == JOBS
         # the collector's gauges, read from the database by the serving process
         assert samples[("golemq_workers", ())] == processes
-        assert samples[("golemq_jobs", (("status", "pending"), ("type", "cli.metric")))] == 0
+        assert samples[("golemq_queue_jobs", (("status", "pending"), ("type", "cli.metric")))] \
+            == 0
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
@@ -149,3 +171,44 @@ def test_a_metrics_port_in_use_is_one_clear_line(pg_dsn: str) -> None:
                          "--metrics-host", "127.0.0.1", dsn=pg_dsn)
     assert_clean_failure(result, 1)
     assert f"cannot serve metrics on 127.0.0.1:{port}" in result.stderr
+
+
+def test_healthz_answers_503_while_the_database_does_not(pg_dsn: str, schema: str) -> None:
+    """The check of the metrics port: 503 before a store is known (the target loading),
+    200 while its store answers, 503 naming the error type once it cannot."""
+    store = PostgresStore.connect(pg_dsn, schema=schema, min_size=1, max_size=1)
+    check = HealthCheck()
+    server = MetricsServer("127.0.0.1", 0, CollectorRegistry(), check)
+    url = server.url.replace("/metrics", "/healthz")
+    try:
+        assert health(url) == (503, {"status": "unavailable", "error": "starting"})
+        check.store = store
+        status, body = health(url)
+        assert (status, body["status"]) == (200, "ok")
+        store.close()
+        status, body = health(url)
+        assert status == 503
+        assert body["status"] == "unavailable"
+        assert body["error"] not in ("", "starting", "timeout")
+    finally:
+        server.stop()
+        store.close()
+
+
+def test_healthz_gives_up_on_a_database_that_hangs(pg_dsn: str, schema: str) -> None:
+    """A store whose connection waits on a lock another session holds: the probe answers
+    503 "timeout" after the check's timeout, not when the statement ends."""
+    store = PostgresStore.connect(pg_dsn, schema=schema, min_size=1, max_size=1)
+    check = HealthCheck(store, timeout=0.5)
+    server = MetricsServer("127.0.0.1", 0, CollectorRegistry(), check)
+    url = server.url.replace("/metrics", "/healthz")
+    try:
+        with store.pool.connection() as held:  # the store's only connection, taken
+            started = time.monotonic()
+            assert health(url) == (503, {"status": "unavailable", "error": "timeout"})
+            assert time.monotonic() - started < 5
+            held.execute("SELECT 1")
+        wait_until(lambda: health(url)[0] == 200, 30, what="the database answering again")
+    finally:
+        server.stop()
+        store.close()

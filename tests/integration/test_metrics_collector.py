@@ -9,6 +9,11 @@ from typing import Any
 import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from golemq_pg import PostgresStore
@@ -25,8 +30,8 @@ def collected(store: Any, **options: Any) -> CollectorRegistry:
 
 
 def jobs(registry: CollectorRegistry, job_type: str, status: str) -> float | None:
-    """``golemq_jobs{type, status}``."""
-    return registry.get_sample_value("golemq_jobs", {"type": job_type, "status": status})
+    """``golemq_queue_jobs{type, status}``."""
+    return registry.get_sample_value("golemq_queue_jobs", {"type": job_type, "status": status})
 
 
 def test_gauges_match_the_rows(pg_store: PostgresStore) -> None:
@@ -73,15 +78,47 @@ def test_counts_are_capped(pg_store: PostgresStore) -> None:
 
 
 def test_shares_a_registry_with_the_observer(pg_store: PostgresStore) -> None:
-    """The counter golemq_jobs_total claims the family name golemq_jobs in the registry; the
-    collector describes nothing, so registering it next to the counter is accepted."""
     add(pg_store, "c.a")
     registry = CollectorRegistry()
     PrometheusObserver(registry)
     registry.register(QueueCollector(pg_store))
     text = generate_latest(registry).decode()
     assert "# TYPE golemq_jobs_total counter" in text
-    assert 'golemq_jobs{status="pending",type="c.a"} 1.0' in text
+    assert 'golemq_queue_jobs{status="pending",type="c.a"} 1.0' in text
+
+
+def test_the_observer_and_the_collector_parse_as_openmetrics(pg_store: PostgresStore) -> None:
+    """Every family of both in one OpenMetrics exposition, which the OpenMetrics parser
+    accepts (it refused the gauge's old name, golemq_jobs: the counter golemq_jobs_total's
+    family name there); the same series as the text format."""
+    add(pg_store, "c.a")
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    observer.count_transition("c.a", "started", None, 0.2)
+    observer.count_transition("c.a", "succeeded", 0.01, None)
+    registry.register(QueueCollector(pg_store))
+    text = openmetrics_latest(registry).decode()
+    parsed = {f.name: f for f in openmetrics_families(text)}
+    assert {name: f.type for name, f in parsed.items()} == {
+        "golemq_jobs": "counter",
+        "golemq_job_duration_seconds": "histogram",
+        "golemq_job_wait_seconds": "histogram",
+        "golemq_queue_jobs": "gauge",
+        "golemq_oldest_due_age_seconds": "gauge",
+        "golemq_workers": "gauge",
+        "golemq_paused": "gauge",
+    }
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in parsed.values() for s in f.samples}
+    assert samples[("golemq_queue_jobs", (("status", "pending"), ("type", "c.a")))] == 1
+    assert samples[("golemq_jobs_total", (("outcome", "succeeded"), ("type", "c.a")))] == 1
+    plain = {(s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in text_string_to_metric_families(generate_latest(registry).decode())
+             for s in f.samples}
+    assert samples.keys() == plain.keys()
+    moving = "golemq_oldest_due_age_seconds"  # read again by the second scrape
+    assert {k: v for k, v in samples.items() if k[0] != moving} \
+        == {k: v for k, v in plain.items() if k[0] != moving}
 
 
 def test_a_store_failure_leaves_the_gauges_out_of_the_scrape(pg_dsn: str, schema: str) -> None:

@@ -33,10 +33,17 @@ def exported_sample_names() -> set[str]:
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
+_NAME_MATCHER = re.compile(r'__name__\s*=~?\s*"([^"]*)"')
+
+
 def metric_names(expr: str) -> set[str]:
-    """The golemq_* metric names a PromQL expression reads."""
+    """The golemq_* metric names a PromQL expression reads, by name or by a ``__name__``
+    matcher (an alternation of names: ``{__name__=~"a|b"}``)."""
     bare = _STRING.sub('""', expr)
-    return {name for name in _NAME.findall(bare) if name.startswith("golemq_")}
+    named = {name for name in _NAME.findall(bare) if name.startswith("golemq_")}
+    for alternatives in _NAME_MATCHER.findall(expr):
+        named |= {n for n in alternatives.split("|") if n.startswith("golemq_")}
+    return named
 
 
 def panels(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -77,11 +84,33 @@ def test_every_query_names_an_exported_metric() -> None:
     families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in used}
     assert families >= {
         "golemq_jobs_total", "golemq_job_duration_seconds", "golemq_job_wait_seconds",
-        "golemq_jobs", "golemq_oldest_due_age_seconds", "golemq_workers", "golemq_paused",
+        "golemq_queue_jobs", "golemq_oldest_due_age_seconds", "golemq_workers",
+        "golemq_paused",
     }
+
+
+def test_the_type_variable_lists_types_only_enqueued() -> None:
+    """A type whose jobs were only enqueued (no worker ran one, so no golemq_jobs_total
+    series) is in the queue gauge: the variable reads both."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "type"]
+    assert variable["definition"] == variable["query"]["query"]
+    assert variable["definition"].startswith("label_values(")
+    assert variable["definition"].endswith(", type)")
+    assert metric_names(variable["definition"]) == {"golemq_jobs_total", "golemq_queue_jobs"}
+    store = InMemoryStore()
+    Queue(store).add("only.enqueued", {})
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(store))
+    text = exposition(registry)[0].decode()
+    typed = {s.name for f in text_string_to_metric_families(text) for s in f.samples
+             if s.labels.get("type") == "only.enqueued"}
+    assert "golemq_queue_jobs" in typed
 
 
 def test_the_name_parser_sees_names_not_label_values() -> None:
     expr = ('histogram_quantile(0.95, sum by (le) (rate(golemq_job_wait_seconds_bucket'
             '{type=~"golemq_fake|x"}[$__rate_interval])))')
     assert metric_names(expr) == {"golemq_job_wait_seconds_bucket"}
+    assert metric_names('label_values({__name__=~"golemq_a|golemq_b"}, type)') \
+        == {"golemq_a", "golemq_b"}

@@ -174,7 +174,7 @@ def test_metrics_serves_the_queue_collector_gauges(
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain")
     text = answer.text
-    assert 'golemq_jobs{status="pending",type="mail.send"} 1.0' in text
+    assert 'golemq_queue_jobs{status="pending",type="mail.send"} 1.0' in text
     assert 'golemq_paused{type="mail.send"} 1.0' in text
     assert "golemq_workers" in text
     assert "secret-canary" not in text
