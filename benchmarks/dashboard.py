@@ -109,7 +109,9 @@ def measure(box: Sandbox, rounds: int) -> dict[str, float]:
 
         async def run() -> None:
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            # localhost: a Host the dashboard answers by default (see allowed_hosts).
+            base = "http://localhost"
+            async with httpx.AsyncClient(transport=transport, base_url=base) as client:
                 for round_ in range(rounds + 1):
                     for key, path in paths.items():
                         start = time.perf_counter()
