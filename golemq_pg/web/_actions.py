@@ -100,8 +100,9 @@ async def cancel(request: Request) -> Response:
             "notice": notice_of(request),
         })
     done = await _queue(request).cancel(job_id, reason="cancelled from web")
-    if not done:
-        return back(request, f"/jobs/{job_id}", "unchanged")
+    if not done:  # not back(): the form was on the confirmation page, a POST route
+        return RedirectResponse(f"{_base(request)}/jobs/{job_id}?notice=unchanged",
+                                status_code=303)
     # The job is gone once cancelled: to the jobs list rather than its 404 page.
     return RedirectResponse(_base(request) + "/jobs?" + urlencode(
         {"notice": f"Job {job_id} cancelled."}), status_code=303)

@@ -280,6 +280,9 @@ def test_run_now_and_cancel_act_on_one_job(
     assert answer.headers["location"] == f"/jobs?notice=Job+{later}+cancelled."
     assert pg_store.job_get(later) is None
     assert f"Job {later} cancelled." in dashboard.get(answer.headers["location"]).text
+    gone = dashboard.post(f"/jobs/{later}/cancel", {"confirm": "1"},
+                          headers={"referer": f"{ORIGIN}/jobs/{later}/cancel"})
+    assert gone.headers["location"] == f"/jobs/{later}?notice=unchanged"
 
 
 def test_pause_and_resume_a_type(dashboard: Dashboard, pg_store: PostgresStore) -> None:
