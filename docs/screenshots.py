@@ -5,9 +5,12 @@
 Runs the demo workload (``golemq-pg demo``: no-ops, flaky jobs that retry, slow jobs with
 progress, a type that always dead-letters) in schema ``golemq_screens``, leaves a worker
 running with some work parked for later and one type paused, serves ``golemq_pg.web`` with
-uvicorn on a free loopback port and photographs the overview and a retried-then-dead job
-with headless Chromium (Debian's ``/usr/bin/chromium`` through Playwright). Writes
-``docs/dashboard-overview.png`` and ``docs/dashboard-job.png``.
+uvicorn on a free loopback port and photographs the overview, the jobs list, a
+retried-then-dead job and the dead letters, each in the light and the dark theme
+(``prefers-color-scheme``), with headless Chromium (Debian's ``/usr/bin/chromium`` through
+Playwright). Writes ``docs/screenshots/<page>-<light|dark>.png`` (pages: overview, jobs,
+job, failed), and the light overview and job again as ``docs/dashboard-overview.png`` and
+``docs/dashboard-job.png``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from golemq_pg.web import create_app
 
 SCHEMA = "golemq_screens"
 DOCS = Path(__file__).resolve().parent
+SHOTS = DOCS / "screenshots"
 
 
 def _free_port() -> int:
@@ -63,12 +67,22 @@ def main(dsn: str) -> None:
                 executable_path=os.environ.get("GOLEMQ_CHROMIUM", "/usr/bin/chromium"),
                 args=["--no-sandbox"],
             )
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.screenshot(path=str(DOCS / "dashboard-overview.png"), full_page=True)
+            pages = {"overview": "/", "jobs": "/jobs", "failed": "/failed"}
             if dead:
-                page.goto(f"http://127.0.0.1:{port}/jobs/{dead[0].id}")
-                page.screenshot(path=str(DOCS / "dashboard-job.png"), full_page=True)
+                pages["job"] = f"/jobs/{dead[0].id}"
+            SHOTS.mkdir(exist_ok=True)
+            for scheme in ("light", "dark"):
+                page = browser.new_page(viewport={"width": 1280, "height": 900},
+                                        color_scheme=scheme)
+                for name, path in pages.items():
+                    page.goto(f"http://127.0.0.1:{port}{path}")
+                    page.wait_for_timeout(300)  # app.js has turned times relative
+                    shot = SHOTS / f"{name}-{scheme}.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                    if scheme == "light" and name in ("overview", "job"):
+                        page.screenshot(path=str(DOCS / f"dashboard-{name}.png"),
+                                        full_page=True)
+                page.close()
             browser.close()
     finally:
         server.should_exit = True

@@ -37,6 +37,7 @@ from golemq_pg.store.dashboard import (
     MinuteCount,
     Overview,
     PoolState,
+    TypeFinishes,
 )
 from golemq_pg.store.port import (
     CancelFilter,
@@ -223,6 +224,13 @@ def dashboard_throughput(minutes: int = 60) -> StoreCall[list[MinuteCount]]:
     """``dashboard_throughput(minutes)``."""
     return StoreCall(
         lambda s: s.dashboard_throughput(minutes), lambda s: s.dashboard_throughput(minutes)
+    )
+
+
+def dashboard_type_finishes(limit: int = 10) -> StoreCall[list[TypeFinishes]]:
+    """``dashboard_type_finishes(limit)``."""
+    return StoreCall(
+        lambda s: s.dashboard_type_finishes(limit), lambda s: s.dashboard_type_finishes(limit)
     )
 
 

@@ -69,6 +69,15 @@ class MinuteCount:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeFinishes:
+    """Jobs of one type that finished since the start of today (UTC) and are still kept."""
+
+    type: str
+    succeeded: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobQuery:
     """A page of the jobs list, newest first. ``after``: jobs with smaller ids than it (the
     older page); ``before``: jobs with larger ids (the newer page, still shown newest
@@ -156,6 +165,10 @@ class DashboardReads(Protocol):
     def dashboard_throughput(self, minutes: int = 60) -> list[MinuteCount]:
         """Jobs finished per minute over the last ``minutes`` minutes, oldest first, one
         entry per minute (zeros included), the current minute last."""
+
+    def dashboard_type_finishes(self, limit: int = 10) -> list[TypeFinishes]:
+        """The ``limit`` types with the most jobs finished today (UTC, still kept), most
+        first: exact counts from the history's maintained per-day counts (no row scan)."""
 
     def dashboard_jobs(self, query: JobQuery) -> JobPage:
         """One keyset page of jobs, newest first (see :class:`JobQuery`)."""

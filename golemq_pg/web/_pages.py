@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -33,7 +33,7 @@ from golemq_pg.store.dashboard import (
     JobQuery,
     TypeCounts,
 )
-from golemq_pg.web._render import age, chart, page
+from golemq_pg.web._render import page, shown_status
 
 T = TypeVar("T")
 
@@ -88,22 +88,6 @@ async def not_found(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc, HTTPException) else "not found"
     return page(request, "error.html", {"status": 404, "message": detail,
                                         "notice": notice_of(request)}, status_code=404)
-
-
-async def overview(request: Request) -> HTMLResponse:
-    """Counts by status and type, backlog age, throughput, workers, paused types; with
-    ``?fragment=live`` only the part the page's script refreshes."""
-    minutes = await read(request, calls.dashboard_throughput(60))
-    context: dict[str, Any] = {
-        "overview": await read(request, calls.dashboard_overview()),
-        "chart": chart(minutes),
-        "workers": await read(request, calls.worker_list()),
-        "paused": await read(request, calls.type_paused()),
-        "statuses": list(JobStatus),
-    }
-    context["notice"] = notice_of(request)
-    live = request.query_params.get("fragment") == "live"
-    return page(request, "_live.html" if live else "overview.html", context)
 
 
 #: The statuses the jobs page filters by beyond :class:`JobStatus`: ``scheduled`` (PENDING
@@ -176,50 +160,40 @@ def job_query(params: Mapping[str, Any], window: int = PAGE_SCAN_WINDOW) -> JobQ
 
 @dataclass(frozen=True, slots=True)
 class JobRow:
-    """A job on the jobs list with its duration: ``seconds`` from start to finish (or to
-    now while it runs; None when it never started), ``running`` for the latter."""
+    """A job on the jobs list: the status it shows ("scheduled" for a pending job due
+    later) and its duration, ``seconds`` from start to finish (or to now while it runs;
+    None when it never started), ``running`` for the latter."""
 
     job: JobSummary
+    shown: str
     seconds: float | None
     running: bool
 
 
 def job_rows(jobs: Sequence[JobSummary], now: datetime) -> list[JobRow]:
-    """The jobs list's rows, each with its duration."""
+    """The jobs list's rows, each with its shown status and duration."""
     out = []
     for j in jobs:
         running = j.status is JobStatus.RUNNING and j.started_at is not None
         end = j.finished_at if j.finished_at is not None else (now if running else None)
         seconds = None if j.started_at is None or end is None else (
             max((end - j.started_at).total_seconds(), 0.0))
-        out.append(JobRow(j, seconds, running))
+        out.append(JobRow(j, shown_status(j, now), seconds, running))
     return out
 
 
-def iso(value: datetime | None) -> str:
-    """A timestamp as ISO 8601 UTC for ``<time datetime>`` ("" for None)."""
-    return "" if value is None else value.astimezone(UTC).isoformat()
-
-
-def duration(seconds: float | None) -> str:
-    """A duration as short text: 350 ms, 4.2 s, then as ``age`` (5m 3s, 2h 10m)."""
-    if seconds is None:
-        return ""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    return age(seconds)
-
-
 def types_without_workers(
-    types: Iterable[TypeCounts], workers: Iterable[WorkerSummary]
+    types: Iterable[TypeCounts], workers: Iterable[WorkerSummary],
+    paused: Iterable[str] = (),
 ) -> list[str]:
     """The types with due jobs that no live worker (state other than "lost") has a handler
     for, sorted: nothing will run them until one starts. ``types`` as the overview reads
-    them (``Overview.types``), ``workers`` as ``worker_list`` (``Queue.workers()``)."""
+    them (``Overview.types``), ``workers`` as ``worker_list`` (``Queue.workers()``);
+    ``paused`` types are left out (nobody is meant to run them)."""
     handled = {t for w in workers if w.state != "lost" for t in w.handlers}
-    return sorted(t.type for t in types if t.due > 0 and t.type not in handled)
+    held = set(paused)
+    return sorted(t.type for t in types
+                  if t.due > 0 and t.type not in handled and t.type not in held)
 
 
 async def jobs(request: Request) -> HTMLResponse:
@@ -239,7 +213,6 @@ async def jobs(request: Request) -> HTMLResponse:
     context: dict[str, Any] = {
         "page": found,
         "rows": job_rows(found.jobs, now),
-        "page_now": now,
         "filters": filters,
         "older_query": {**kept, "after": found.next_after} if found.next_after else None,
         "newer_query": {**kept, "before": found.prev_before} if found.prev_before else None,
@@ -249,64 +222,33 @@ async def jobs(request: Request) -> HTMLResponse:
         "waiting_unknown": query is None,
         "window": SEARCH_SCAN_WINDOW if query and query.search else PAGE_SCAN_WINDOW,
         "bulk_cap": BULK_CAP,
-        "iso": iso,
-        "duration": duration,
         "notice": notice_of(request),
     }
     if request.query_params.get("fragment") == "rows":
         return page(request, "_jobs_rows.html", context)
     overview = await read(request, calls.dashboard_overview())
     workers_found = await read(request, calls.worker_list())
+    paused = await read(request, calls.type_paused())
     context["types"] = [t.type for t in overview.types]
-    context["unhandled"] = types_without_workers(overview.types, workers_found)
+    context["unhandled"] = types_without_workers(overview.types, workers_found, paused)
     return page(request, "jobs.html", context)
-
-
-async def job(request: Request) -> HTMLResponse:
-    """One job: every summary field, attempt history, progress, result, the actions that
-    apply; its payload only when the app shows payloads."""
-    try:
-        job_id = check_job_id(request.path_params["job_id"])
-    except ValueError:
-        raise HTTPException(404, "no such job") from None
-    summary = await read(request, calls.job_get(job_id))
-    if summary is None:
-        raise HTTPException(404, f"no job {job_id} (never added, or cancelled or pruned)")
-    payload = None
-    if request.app.state.show_payloads:
-        raw = await read(request, calls.job_payload(job_id))
-        payload = None if raw is None else raw.decode("utf-8", "replace")
-    now = await read(request, calls.now())
-    return page(
-        request,
-        "job.html",
-        {
-            "job": summary,
-            "payload": payload,
-            "show_payloads": request.app.state.show_payloads,
-            "can_retry": summary.status is JobStatus.FAILED,
-            "can_run_now": summary.status is JobStatus.PENDING and summary.run_at > now,
-            "can_cancel": summary.status in (JobStatus.PENDING, JobStatus.RUNNING),
-            "notice": notice_of(request),
-        },
-    )
 
 
 async def failed(request: Request) -> HTMLResponse:
     """Dead letters grouped by (type, error), with retry one / retry all matching."""
     letters = await read(request, calls.dashboard_dead_letters())
-    context: dict[str, Any] = {"letters": letters, "notice": notice_of(request), "iso": iso}
+    context: dict[str, Any] = {"letters": letters, "notice": notice_of(request)}
     overview = await read(request, calls.dashboard_overview())
     workers_found = await read(request, calls.worker_list())
-    context["unhandled"] = types_without_workers(overview.types, workers_found)
+    paused = await read(request, calls.type_paused())
+    context["unhandled"] = types_without_workers(overview.types, workers_found, paused)
     return page(request, "failed.html", context)
 
 
 async def schedules(request: Request) -> HTMLResponse:
     """Every recurring schedule with its next and last run."""
     found = await read(request, calls.schedule_list())
-    return page(request, "schedules.html", {"schedules": found, "notice": notice_of(request),
-                                             "iso": iso})
+    return page(request, "schedules.html", {"schedules": found, "notice": notice_of(request)})
 
 
 async def workers(request: Request) -> HTMLResponse:

@@ -1,5 +1,6 @@
 """Rendering for the dashboard: the Jinja2 environment (autoescaping every value), the
-value formatters its templates use, and the server-side SVG throughput chart."""
+value formatters its templates use, and the server-side SVG charts (throughput per minute
+with its axes, finishes per type): coordinates computed here, drawn by the templates."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from golemq_pg.store.dashboard import MinuteCount
+from golemq_pg._types import JobStatus, JobSummary
+from golemq_pg.store.dashboard import MinuteCount, TypeFinishes
 
 
 @cache
@@ -29,6 +32,8 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["when"] = when
+    env.filters["stamp"] = stamp
+    env.filters["seconds"] = seconds
     env.filters["age"] = age
     env.filters["json"] = as_json
     env.filters["count"] = capped_count
@@ -73,6 +78,28 @@ def when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def stamp(value: datetime | None) -> Markup:
+    """A timestamp as ``<time datetime="ISO 8601 UTC">UTC text</time>`` (app.js shows it
+    relative, the absolute text on hover; without script the UTC text stays); "" for None."""
+    if value is None:
+        return Markup("")
+    utc = value.astimezone(UTC)
+    iso = utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return Markup('<time datetime="{}">{}</time>').format(iso, when(utc))
+
+
+def seconds(value: float | None) -> str:
+    """A short duration with sub-second precision: 12 ms, 3.4 s, then as :func:`age`."""
+    if value is None:
+        return ""
+    value = max(value, 0.0)
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 60:
+        return f"{value:.1f} s"
+    return age(value)
+
+
 def age(seconds: float | None) -> str:
     """A duration in seconds as short text: 42s, 5m 3s, 2h 10m, 3d 4h ("" for None)."""
     if seconds is None:
@@ -100,6 +127,27 @@ def capped_count(value: int, cap: int) -> str:
     return f"{cap:,}+" if value >= cap else f"{value:,}"
 
 
+#: Every status the pages colour (``class="status status-<name>"``): the stored four, and
+#: "scheduled" (pending, due later) and "waiting" (pending on other jobs).
+SHOWN_STATUSES = ("pending", "scheduled", "waiting", "running", "succeeded", "failed")
+
+
+def shown_status(job: JobSummary, now: datetime) -> str:
+    """The status a page shows: "scheduled" for a pending job not due yet, else the stored
+    one."""
+    if job.status is JobStatus.PENDING and job.run_at > now:
+        return "scheduled"
+    return str(job.status.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """One axis tick: its position along the axis (SVG units) and its label."""
+
+    at: float
+    label: str
+
+
 @dataclass(frozen=True, slots=True)
 class Bar:
     """One minute of the throughput chart (SVG coordinates)."""
@@ -115,44 +163,122 @@ class Bar:
 
 @dataclass(frozen=True, slots=True)
 class Chart:
-    """The throughput chart: bars, the largest minute, and the chart's size."""
+    """The throughput chart: stacked bars in the plot area (``left``, ``top``, ``plot_width``
+    x ``plot_height``) of an SVG of ``width`` x ``height``, its axes' ticks, and totals."""
 
     bars: tuple[Bar, ...]
     peak: int
     total_ok: int
     total_bad: int
-    width: int = 600
-    height: int = 120
+    y_ticks: tuple[Tick, ...] = ()
+    x_ticks: tuple[Tick, ...] = ()
+    width: int = 960
+    height: int = 220
+    left: int = 48
+    top: int = 10
+    right: int = 12
+    bottom: int = 26
+
+    @property
+    def plot_width(self) -> int:
+        """Width of the plot area."""
+        return self.width - self.left - self.right
+
+    @property
+    def plot_height(self) -> int:
+        """Height of the plot area."""
+        return self.height - self.top - self.bottom
+
+    @property
+    def baseline(self) -> int:
+        """The y of the x axis."""
+        return self.height - self.bottom
+
+
+def nice_ceiling(peak: int, ticks: int = 4) -> tuple[int, int]:
+    """(top, step): the y axis' top and tick step, a 1-2-5 multiple of a power of ten, so
+    that ``top`` >= ``peak`` in at most ``ticks`` steps (an empty chart reads 0-4)."""
+    if peak <= 0:
+        return ticks, 1
+    step = 1
+    while True:
+        for factor in (1, 2, 5):
+            if step * factor * ticks >= peak:
+                size = step * factor
+                return size * -(-peak // size), size
+        step *= 10
 
 
 def chart(minutes: Sequence[MinuteCount]) -> Chart:
-    """Stacked bars (succeeded below, failed above) of jobs finished per minute."""
+    """Stacked bars (succeeded below, failed above) of jobs finished per minute, a y axis of
+    round ticks and an x axis labelled every ten minutes (UTC)."""
     base = Chart((), 0, 0, 0)
     peak = max((m.succeeded + m.failed for m in minutes), default=0)
+    top_value, step_value = nice_ceiling(peak)
+    scale = base.plot_height / top_value
+    y_ticks = tuple(
+        Tick(round(base.baseline - v * scale, 2), f"{v:,}")
+        for v in range(0, top_value + 1, step_value)
+    )
     if not minutes:
-        return base
-    step = base.width / len(minutes)
-    scale = (base.height - 4) / peak if peak else 0.0
-    bars = []
+        return Chart((), 0, 0, 0, y_ticks)
+    step = base.plot_width / len(minutes)
+    gap = min(2.0, step / 4)
+    bars: list[Bar] = []
+    x_ticks: list[Tick] = []
     for index, minute in enumerate(minutes):
+        at = minute.at.astimezone(UTC)
+        x = base.left + index * step
         ok_h = minute.succeeded * scale
         bad_h = minute.failed * scale
-        ok_y = base.height - ok_h
+        ok_y = base.baseline - ok_h
         bars.append(
             Bar(
-                x=round(index * step, 2),
-                width=round(max(step - 1, 1), 2),
+                x=round(x + gap / 2, 2),
+                width=round(max(step - gap, 1), 2),
                 ok_y=round(ok_y, 2),
                 ok_height=round(ok_h, 2),
                 bad_y=round(ok_y - bad_h, 2),
                 bad_height=round(bad_h, 2),
-                label=f"{minute.at.astimezone(UTC):%H:%M}: {minute.succeeded} succeeded, "
-                f"{minute.failed} failed",
+                label=f"{at:%H:%M}: {minute.succeeded} succeeded, {minute.failed} failed",
             )
         )
+        if at.minute % 10 == 0:
+            x_ticks.append(Tick(round(x + step / 2, 2), f"{at:%H:%M}"))
     return Chart(
         tuple(bars),
         peak,
         sum(m.succeeded for m in minutes),
         sum(m.failed for m in minutes),
+        y_ticks,
+        tuple(x_ticks),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TypeBar:
+    """One type's row of the finishes-per-type chart: its counts and bar widths (percent
+    of the busiest type's total)."""
+
+    type: str
+    succeeded: int
+    failed: int
+    ok_width: float
+    bad_width: float
+
+
+def type_bars(finishes: Sequence[TypeFinishes]) -> tuple[TypeBar, ...]:
+    """Horizontal stacked bars of each type's finishes, scaled to the busiest type."""
+    peak = max((f.succeeded + f.failed for f in finishes), default=0)
+    if peak <= 0:
+        return ()
+    return tuple(
+        TypeBar(
+            f.type,
+            f.succeeded,
+            f.failed,
+            round(100 * f.succeeded / peak, 2),
+            round(100 * f.failed / peak, 2),
+        )
+        for f in finishes
     )

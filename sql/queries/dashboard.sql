@@ -269,3 +269,21 @@ SELECT n.name,
   FROM names n
   LEFT JOIN {schema}.resource_budgets b ON b.name = n.name
  ORDER BY n.name
+
+
+-- name: dashboard_type_finishes
+-- The types with the most jobs finished today (UTC) and still kept, most first: the
+-- history's exact per-day counts (history_counts by its primary key's leading "day", plus
+-- the deltas not folded yet; 0008), one row per type and status however many jobs finished.
+SELECT c.type,
+       coalesce(sum(c.n) FILTER (WHERE c.status = 'succeeded'), 0)::bigint AS ok,
+       coalesce(sum(c.n) FILTER (WHERE c.status = 'failed'), 0)::bigint AS bad
+  FROM (SELECT f.type, f.status, f.n FROM {schema}.history_counts f
+         WHERE f.day = {schema}.history_day(now())
+        UNION ALL
+        SELECT d.type, d.status, d.n FROM {schema}.history_count_deltas d
+         WHERE d.day = {schema}.history_day(now())) c
+ GROUP BY c.type
+HAVING sum(c.n) > 0
+ ORDER BY sum(c.n) DESC, c.type
+ LIMIT %(limit)s::bigint

@@ -64,6 +64,21 @@ def test_throughput_counts_finished_jobs_in_the_current_minute(store: JobStore) 
     assert minutes[-1].at <= now < minutes[-1].at + timedelta(minutes=1, seconds=1)
 
 
+def test_type_finishes_rank_types_by_jobs_finished_today(store: JobStore) -> None:
+    for _ in range(3):
+        add(store, "busy")
+    store.job_complete_many("w1", refs(claim(store, slots("busy", limit=3))))
+    _fail(store, "busy", "E: x")
+    add(store, "quiet")
+    store.job_complete_many("w1", refs(claim(store, slots("quiet", limit=1))))
+    add(store, "waiting")  # nothing finished: not listed
+    ranked = store.dashboard_type_finishes(10)
+    assert [(t.type, t.succeeded, t.failed) for t in ranked] == [
+        ("busy", 3, 1), ("quiet", 1, 0)
+    ]
+    assert [t.type for t in store.dashboard_type_finishes(1)] == ["busy"]
+
+
 def test_jobs_pages_are_newest_first_and_follow_the_cursor(store: JobStore) -> None:
     made = [add(store, "page") for _ in range(5)]
     add(store, "other")

@@ -1,11 +1,27 @@
-"""The dashboard's formatters and its server-side throughput chart (pure functions)."""
+"""The dashboard's formatters, its server-side charts, the job page's attempt timeline and
+the overview's unattended types (pure functions)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from golemq_pg.store.dashboard import MinuteCount
-from golemq_pg.web._render import age, capped_count, chart, environment
+from golemq_pg._types import AttemptError, JobStatus, JobSummary, WorkerSummary
+from golemq_pg.store.dashboard import MinuteCount, TypeCounts, TypeFinishes
+from golemq_pg.web._jobpage import timeline
+from golemq_pg.web._overview import unattended
+from golemq_pg.web._render import (
+    age,
+    capped_count,
+    chart,
+    environment,
+    nice_ceiling,
+    seconds,
+    shown_status,
+    stamp,
+    type_bars,
+)
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def test_ages_read_in_the_largest_useful_units() -> None:
@@ -27,13 +43,111 @@ def test_chart_stacks_failed_on_succeeded_scaled_to_the_busiest_minute() -> None
     assert (drawn.peak, drawn.total_ok, drawn.total_bad) == (10, 15, 5)
     empty, full, mixed = drawn.bars
     assert (empty.ok_height, empty.bad_height) == (0, 0)
-    assert full.ok_height == drawn.height - 4
+    assert full.ok_height == drawn.plot_height  # 10 is a round top: the bar fills the plot
+    assert full.ok_y == drawn.top
     assert mixed.ok_height == mixed.bad_height == full.ok_height / 2
     assert mixed.bad_y + mixed.bad_height == mixed.ok_y  # failed sits on top of succeeded
+    assert mixed.ok_y + mixed.ok_height == drawn.baseline
     assert mixed.label == "12:02: 5 succeeded, 5 failed"
+    assert all(drawn.left <= b.x and b.x + b.width <= drawn.width - drawn.right
+               for b in drawn.bars)
     assert chart([]).bars == ()
+
+
+def test_chart_axes_have_round_y_ticks_and_a_time_label_every_ten_minutes() -> None:
+    start = datetime(2026, 1, 1, 11, 5, tzinfo=UTC)
+    minutes = [MinuteCount(start + timedelta(minutes=i), 37 if i == 30 else 0, 0)
+               for i in range(60)]
+    drawn = chart(minutes)
+    assert [t.label for t in drawn.y_ticks] == ["0", "10", "20", "30", "40"]
+    assert drawn.y_ticks[0].at == drawn.baseline
+    assert drawn.y_ticks[-1].at == drawn.top
+    assert [t.label for t in drawn.x_ticks] == ["11:10", "11:20", "11:30", "11:40", "11:50",
+                                                "12:00"]
+    xs = [t.at for t in drawn.x_ticks]
+    assert xs == sorted(xs)
+    # An idle hour still has an axis: 0-4.
+    assert [t.label for t in chart([]).y_ticks] == ["0", "1", "2", "3", "4"]
+
+
+def test_nice_ceiling_rounds_up_to_one_two_five_steps() -> None:
+    assert [nice_ceiling(p) for p in (0, 1, 4, 5, 9, 37, 120, 999, 12_345)] == [
+        (4, 1), (1, 1), (4, 1), (6, 2), (10, 5), (40, 10), (150, 50), (1000, 500),
+        (15_000, 5_000),
+    ]
+
+
+def test_type_bars_scale_to_the_busiest_type() -> None:
+    bars = type_bars([TypeFinishes("a", 30, 10), TypeFinishes("b", 5, 15)])
+    assert [(b.type, b.ok_width, b.bad_width) for b in bars] == [("a", 75.0, 25.0),
+                                                                  ("b", 12.5, 37.5)]
+    assert type_bars([]) == ()
+
+
+def test_timestamps_render_as_time_elements_with_iso_utc_and_absolute_text() -> None:
+    html = str(stamp(datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)))
+    assert html == '<time datetime="2026-03-04T05:06:07.890Z">2026-03-04 05:06:07 UTC</time>'
+    assert str(stamp(None)) == ""
+    rendered = environment().from_string("{{ t | stamp }}").render(t=T0)
+    assert rendered.startswith('<time datetime="2026-01-01T12:00:00.000Z">')
+    assert [seconds(None), seconds(0.0123), seconds(3.44), seconds(125)] == [
+        "", "12 ms", "3.4 s", "2m 5s"
+    ]
 
 
 def test_templates_escape_every_value_even_from_strings() -> None:
     html = environment().from_string("<td>{{ v }}</td>").render(v="<script>x</script>")
     assert html == "<td>&lt;script&gt;x&lt;/script&gt;</td>"
+
+
+def _job(status: JobStatus, **fields: object) -> JobSummary:
+    values: dict[str, object] = {
+        "id": "7", "type": "t", "scope": None, "status": status, "attempts": 1,
+        "max_attempts": 3, "last_error": None, "priority": 0, "progress": None,
+        "run_at": T0, "created_at": T0, "updated_at": T0, "started_at": None,
+        "finished_at": None,
+    }
+    values.update(fields)
+    return JobSummary(**values)  # type: ignore[arg-type]
+
+
+def test_a_pending_job_not_due_yet_shows_as_scheduled() -> None:
+    later = _job(JobStatus.PENDING, run_at=T0 + timedelta(minutes=5))
+    assert shown_status(later, T0) == "scheduled"
+    assert shown_status(later, T0 + timedelta(minutes=5)) == "pending"
+    assert shown_status(_job(JobStatus.FAILED), T0) == "failed"
+
+
+def test_timeline_lists_failed_attempts_then_the_latest_with_its_duration() -> None:
+    errors = (
+        AttemptError(1, T0 + timedelta(seconds=10), "E: one", "w1", "Traceback: one"),
+        AttemptError(2, T0 + timedelta(seconds=40), "E: two", None),
+    )
+    done = _job(JobStatus.SUCCEEDED, attempts=3, errors=errors,
+                started_at=T0 + timedelta(seconds=60), finished_at=T0 + timedelta(seconds=62.5))
+    steps = timeline(done, T0 + timedelta(hours=1))
+    assert [(a.number, a.outcome, a.duration) for a in steps] == [
+        (1, "retried", None), (2, "retried", None), (3, "succeeded", 2.5)
+    ]
+    assert steps[0].traceback == "Traceback: one"
+    assert steps[1].worker_id is None  # the reaper recorded it
+    dead = _job(JobStatus.FAILED, attempts=2, errors=errors,
+                started_at=T0 + timedelta(seconds=35), finished_at=T0 + timedelta(seconds=40))
+    assert [(a.outcome, a.duration) for a in timeline(dead, T0)] == [
+        ("retried", None), ("failed", 5.0)
+    ]
+    running = _job(JobStatus.RUNNING, attempts=1, started_at=T0)
+    (only,) = timeline(running, T0 + timedelta(seconds=9))
+    assert (only.outcome, only.duration, only.ended_at) == ("running", 9.0, None)
+    assert timeline(_job(JobStatus.PENDING), T0) == ()
+
+
+def test_types_with_due_jobs_and_no_live_worker_are_flagged_unless_paused() -> None:
+    types = [TypeCounts("handled", due=3), TypeCounts("orphan", due=1),
+             TypeCounts("only-lost", due=2), TypeCounts("held", due=5),
+             TypeCounts("idle-orphan", scheduled=4)]
+    workers = [
+        WorkerSummary("w1", "h", 1, T0, T0, {"handled": 2}, 0, "running"),
+        WorkerSummary("w2", "h", 2, T0, T0, {"only-lost": 1}, 0, "lost"),
+    ]
+    assert unattended(types, workers, ["held"]) == ["only-lost", "orphan"]

@@ -92,7 +92,7 @@ def test_jobs_list_shows_durations_and_times_as_time_elements(
     html = dashboard.get("/jobs").text
     row = html.split(f'data-id="{done}"')[1].split("</tr>")[0]
     assert re.search(r'<td class="duration">\d+ ms</td>', row), row
-    assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[0-9:.]+\+00:00">', row), row
+    assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT[0-9:.]+Z">', row), row
     row = html.split(f'data-id="{running}"')[1].split("</tr>")[0]
     assert '<td class="duration">running for ' in row, row
 

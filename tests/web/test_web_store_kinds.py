@@ -14,7 +14,8 @@ from golemq_pg.web import _pages, create_app
 from tests.support.async_bridge import LoopThread
 from tests.support.web_client import Dashboard
 
-PAGES = ("/", "/jobs", "/failed", "/schedules", "/workers", "/healthz", "/metrics")
+PAGES = ("/", "/?fragment=live", "/jobs", "/failed", "/schedules", "/workers", "/healthz",
+         "/metrics")
 
 
 def test_every_page_and_action_works_over_the_in_memory_store() -> None:
@@ -22,7 +23,7 @@ def test_every_page_and_action_works_over_the_in_memory_store() -> None:
     queue = Queue(store)
     job_id = queue.add("mail.send", {"to": "a@b.c"}, delay=3600)
     dashboard = Dashboard(create_app(store))
-    for path in (*PAGES, f"/jobs/{job_id}"):
+    for path in (*PAGES, f"/jobs/{job_id}", f"/jobs/{job_id}/live"):
         assert dashboard.get(path).status_code == 200, path
     answer = dashboard.post(f"/jobs/{job_id}/run-now")
     assert answer.status_code == 303
@@ -76,7 +77,7 @@ def test_an_async_store_dashboard_reads_without_a_thread_hop(
     job_id = Queue(pg_store).add("mail.send", {"to": "a@b.c"})
     hops = _counting_thread_hops(monkeypatch)
     dashboard = Dashboard(create_app(async_pg_store), loop=loop_thread)
-    for path in (*PAGES, f"/jobs/{job_id}"):
+    for path in (*PAGES, f"/jobs/{job_id}", f"/jobs/{job_id}/live"):
         assert dashboard.get(path).status_code == 200, path
     assert hops == []
     # The same pages over the synchronous store do hop: the count above can fail.

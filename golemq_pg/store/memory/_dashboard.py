@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from golemq_pg._types import JobStatus, Resource
 from golemq_pg.store.dashboard import (
@@ -26,6 +26,7 @@ from golemq_pg.store.dashboard import (
     Overview,
     PoolState,
     TypeCounts,
+    TypeFinishes,
     page_cursors,
     page_window,
     sorted_groups,
@@ -113,6 +114,24 @@ class DashboardVerbs:
                 continue
             (ok if row.status is JobStatus.SUCCEEDED else bad)[index] += 1
         return [MinuteCount(start + i * _MINUTE, ok[i], bad[i]) for i in range(minutes)]
+
+    def dashboard_type_finishes(self, limit: int = 10) -> list[TypeFinishes]:
+        """The types with the most jobs finished today (UTC, still kept), most first."""
+        limit = min(max(int(limit), 1), 100)
+        with self._lock:
+            now = self._read_clock().astimezone(UTC)
+            start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+            counts: dict[str, list[int]] = {}
+            for row in self._jobs.rows.values():
+                at = row.finished_at
+                if at is None or at < start or row.status not in (
+                    JobStatus.SUCCEEDED, JobStatus.FAILED
+                ):
+                    continue
+                pair = counts.setdefault(row.type, [0, 0])
+                pair[0 if row.status is JobStatus.SUCCEEDED else 1] += 1
+        ranked = sorted(counts.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0]))
+        return [TypeFinishes(name, ok, bad) for name, (ok, bad) in ranked[:limit]]
 
     def dashboard_jobs(self, query: JobQuery) -> JobPage:
         """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""

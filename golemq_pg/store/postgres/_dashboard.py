@@ -32,6 +32,7 @@ from golemq_pg.store.dashboard import (
     Overview,
     PoolState,
     TypeCounts,
+    TypeFinishes,
     member_costs,
     page_cursors,
     page_window,
@@ -85,6 +86,19 @@ def dashboard_throughput(ctx: PlanContext, minutes: int = 60) -> Plan[list[Minut
         return [MinuteCount(at, int(ok), int(bad)) for at, ok, bad in found]
 
     counts: list[MinuteCount] = yield Atomic(read())
+    return counts
+
+
+def dashboard_type_finishes(ctx: PlanContext, limit: int = 10) -> Plan[list[TypeFinishes]]:
+    """The types with the most jobs finished today (UTC), from the maintained counts."""
+    limit = min(max(int(limit), 1), 100)
+
+    def read() -> Plan[list[TypeFinishes]]:
+        yield _bounded(ctx)
+        found = yield _read(ctx, "dashboard_type_finishes", {"limit": limit})
+        return [TypeFinishes(str(t), int(ok), int(bad)) for t, ok, bad in found]
+
+    counts: list[TypeFinishes] = yield Atomic(read())
     return counts
 
 
@@ -239,14 +253,16 @@ def dashboard_pools(ctx: PlanContext, resources: Mapping[str, Resource]) -> Plan
 
 
 class DashboardVerbs(StoreConnections):
-    """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_jobs``,
-    ``dashboard_job_ids``, ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``,
-    ``dashboard_pools``: the plans above on ``PostgresStore``'s connections."""
+    """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_type_finishes``,
+    ``dashboard_jobs``, ``dashboard_job_ids``, ``dashboard_dead_letters``,
+    ``dashboard_retry_dead_letters``, ``dashboard_pools``: the plans above on
+    ``PostgresStore``'s connections."""
 
     dashboard_overview = sync_verb(dashboard_overview)
     dashboard_throughput = sync_verb(dashboard_throughput)
     dashboard_jobs = sync_verb(dashboard_jobs)
     dashboard_job_ids = sync_verb(dashboard_job_ids)
+    dashboard_type_finishes = sync_verb(dashboard_type_finishes)
     dashboard_dead_letters = sync_verb(dashboard_dead_letters)
     dashboard_retry_dead_letters = sync_verb(dashboard_retry_dead_letters)
     dashboard_pools = sync_verb(dashboard_pools)
