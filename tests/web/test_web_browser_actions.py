@@ -76,7 +76,7 @@ def test_bulk_retry_of_ticked_rows_and_select_all(
         page.check(f'#jobs tr[data-id="{failed[2]}"] input.select')
         page.click("#bulk-retry")
         page.wait_for_url("**/jobs?status=failed&notice=*")
-        assert page.inner_text(".notice") == "2 of 2 jobs retried."
+        assert "2 of 2 jobs retried." in page.inner_text(".notice")
         assert [_status(pg_store, i) for i in failed] == [
             JobStatus.PENDING, JobStatus.FAILED, JobStatus.PENDING]
         assert _row_ids(page) == [failed[1]]
@@ -105,7 +105,7 @@ def test_cancel_asks_for_confirmation_then_shows_a_notice(
         page.screenshot(path=str(ARTIFACTS / "cancel-confirm.png"), full_page=True)
         page.click("#confirm")
         page.wait_for_url("**/jobs?notice=*")
-        assert page.inner_text(".notice") == f"Job {later} cancelled."
+        assert f"Job {later} cancelled." in page.inner_text(".notice")
         assert pg_store.job_get(later) is None
         # A bulk cancel asks too; "Go back" leaves every job alone.
         jobs = [queue.add("mail.send", {}) for _ in range(2)]
