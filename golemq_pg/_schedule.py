@@ -102,3 +102,18 @@ def next_tick(due: DueSchedule, now: datetime) -> datetime | None:
         missed = math.floor((now - due.next_run_at) / every)
         following = due.next_run_at + every * (missed + 1)
     return following
+
+
+def resumed_tick(due: DueSchedule, now: datetime) -> datetime | None:
+    """The pending tick of a schedule resumed at ``now`` whose tick (``due.next_run_at``)
+    passed while it was paused: the first tick after ``now``, so the ticks missed during the
+    pause are skipped, never fired as a burst (nor as one catch-up run). A cron schedule
+    takes its next tick after now, a ``run_at`` cadence its next tick in phase, a
+    ``finished`` one runs ``every`` after now."""
+    if due.cron is not None:
+        return next_cron_tick(due.cron, due.timezone, now)
+    if due.every_seconds is None:  # pragma: no cover - excluded by a CHECK constraint
+        return None
+    if due.repeat_from == "finished":
+        return now + timedelta(seconds=due.every_seconds)
+    return next_tick(due, now)

@@ -131,6 +131,8 @@ class ScheduleSummary:
     repeat_from: str
     next_run_at: datetime | None
     last_run_at: datetime | None
+    #: Paused by ``Queue.pause_schedule``: no tick fires until ``resume_schedule``.
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
 from golemq_pg._types import JobStatus, JobType, Scope
 from golemq_pg.errors import QueuePayloadError
@@ -61,8 +59,11 @@ def check_dsn(value: object, what: str) -> str:
     DSN may carry a password)."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what} must be a non-empty connection string or postgresql:// URI")
+    # Imported here: the CLI's --help reaches this module and must not load the driver.
+    import psycopg  # noqa: PLC0415
+
     try:
-        conninfo_to_dict(value)
+        psycopg.conninfo.conninfo_to_dict(value)
     except psycopg.ProgrammingError:
         raise ValueError(
             f"{what} is not a valid connection string or postgresql:// URI"

@@ -61,3 +61,16 @@ class MigrationLockTimeout(RuntimeError):  # noqa: N818 - reads as a condition
     def __init__(self, message: str, *, migration: str) -> None:
         super().__init__(message)
         self.migration = migration
+
+
+class SchemaNotMigrated(RuntimeError):  # noqa: N818 - reads as a condition
+    """The store's schema does not exist or lacks tables: ``Worker.start()`` (and
+    ``golemq-pg worker``) refuse to run until ``golemq-pg migrate`` (or ``store.migrate()``)
+    has created it. ``schema`` is the schema's name (None when the store does not say)."""
+
+    def __init__(self, schema: str | None) -> None:
+        name = repr(schema) if schema else "of the store"
+        super().__init__(
+            f"schema {name} is not migrated: run `golemq-pg migrate` (or store.migrate())"
+        )
+        self.schema = schema

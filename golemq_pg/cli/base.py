@@ -12,15 +12,17 @@ line and exit code 1. Each failure names what is wrong, never the input payload.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
 import sys
+import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TypeVar, overload
 
 import click
 
@@ -54,6 +56,9 @@ class Settings:
     schema: str | None = None
     #: False with ``--no-prepare``: no server-side prepared statements (PgBouncer < 1.21).
     prepare: bool = True
+    #: The connection options given on the command line (before or after the command),
+    #: as spelled there: checked against what the command honours (:func:`db_options`).
+    given: set[str] = field(default_factory=set)
 
 
 def settings(ctx: click.Context) -> Settings:
@@ -64,43 +69,106 @@ def settings(ctx: click.Context) -> Settings:
     return root.obj
 
 
+#: The connection options every command is given, as the command line spells them. A
+#: command honours each or refuses it (exit 2, one line): never ignores it.
+GLOBAL_OPTIONS = ("--dsn", "--schema", "--no-prepare")
+#: The attribute of a command's callback naming the global options it refuses, and why.
+_REFUSES = "golemq_refuses"
+
+
+def _refusing(ctx: click.Context, option: str) -> None:
+    """Refuse ``option`` when the command being run declared it cannot honour it."""
+    command = ctx.command
+    reason = refused_options(command).get(option)
+    if reason is not None:
+        raise click.UsageError(f"{option} is not accepted by `golemq-pg {command.name}`: "
+                               f"{reason}")
+
+
 def _store_dsn(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is not None:
+        _refusing(ctx, "--dsn")
         if not value.strip():
             raise click.BadParameter("must not be empty")
         settings(ctx).dsn = value
+        settings(ctx).given.add("--dsn")
 
 
 def _store_schema(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is not None:
+        _refusing(ctx, "--schema")
         try:
             settings(ctx).schema = check_schema(value)
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from None
+        settings(ctx).given.add("--schema")
 
 
 def _store_no_prepare(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
+        _refusing(ctx, "--no-prepare")
         settings(ctx).prepare = False
+        settings(ctx).given.add("--no-prepare")
 
 
-def db_options(func: F) -> F:
+def refused_options(command: click.Command | None) -> Mapping[str, str]:
+    """The global options ``command`` refuses, with the reason (see :func:`db_options`);
+    the group itself refuses none. A command not declared with :func:`db_options` refuses
+    them all: it was never written to use them."""
+    if command is None or isinstance(command, click.Group):
+        return {}
+    refuses = getattr(command.callback, _REFUSES, None)
+    if refuses is None:
+        return dict.fromkeys(GLOBAL_OPTIONS, "this command does not connect to a queue")
+    return dict(refuses)
+
+
+def check_global_options(ctx: click.Context, command: click.Command | None) -> None:
+    """Refuse (exit 2, one line) a global option given before ``command`` that it cannot
+    honour: the group calls this once it knows which command runs."""
+    refuses = refused_options(command)
+    for option in GLOBAL_OPTIONS:
+        if option in settings(ctx).given and option in refuses:
+            name = command.name if command is not None else "?"
+            raise click.UsageError(f"{option} is not accepted by `golemq-pg {name}`: "
+                                   f"{refuses[option]}")
+
+
+@overload
+def db_options(func: F) -> F: ...
+@overload
+def db_options(
+    func: None = None, *, refuse: Mapping[str, str] | None = None
+) -> Callable[[F], F]: ...
+def db_options(func: F | None = None, *, refuse: Mapping[str, str] | None = None) -> Any:
     """Add ``--dsn``, ``--schema`` and ``--no-prepare`` to a command (they also work before
-    the command)."""
-    func = click.option(
-        "--no-prepare", is_flag=True, default=False, callback=_store_no_prepare,
-        expose_value=False, is_eager=True,
-        help="No server-side prepared statements: behind PgBouncer before 1.21 in "
-             "transaction mode (PostgresStore.connect(..., prepare=False)).",
-    )(func)
-    func = click.option(
-        "--schema", callback=_store_schema, expose_value=False, is_eager=True,
-        help="Queue schema (default golemq; the demo defaults to golemq_demo).",
-    )(func)
-    return click.option(
-        "--dsn", callback=_store_dsn, expose_value=False, is_eager=True,
-        help="PostgreSQL DSN (default $GOLEMQ_DSN, else the embedded server).",
-    )(func)
+    the command). ``refuse``: the ones this command cannot honour, each with the reason it
+    gives when one is passed anyway (before or after the command name): exit 2."""
+    refusals = dict(refuse or {})
+    unknown = set(refusals) - set(GLOBAL_OPTIONS)
+    if unknown:  # pragma: no cover - a programming error in a command module
+        raise ValueError(f"not global options: {sorted(unknown)}")
+
+    def decorate(target: F) -> F:
+        setattr(target, _REFUSES, refusals)
+        target = click.option(
+            "--no-prepare", is_flag=True, default=False, callback=_store_no_prepare,
+            expose_value=False, is_eager=True, hidden="--no-prepare" in refusals,
+            help="No server-side prepared statements: behind PgBouncer before 1.21 in "
+                 "transaction mode (PostgresStore.connect(..., prepare=False)).",
+        )(target)
+        target = click.option(
+            "--schema", callback=_store_schema, expose_value=False, is_eager=True,
+            hidden="--schema" in refusals,
+            help="Queue schema (default golemq; the demo defaults to golemq_demo).",
+        )(target)
+        return click.option(
+            "--dsn", callback=_store_dsn, expose_value=False, is_eager=True,
+            hidden="--dsn" in refusals,
+            help="PostgreSQL DSN (default $GOLEMQ_DSN, else the embedded server).",
+        )(target)
+
+    return decorate if func is None else decorate(func)
 
 
 # -- logging and messages ------------------------------------------------------------------
@@ -129,6 +197,45 @@ def reset_logging(level: int) -> None:
     configure_logging(level)
 
 
+#: The stdlib loggers of libraries whose lines a worker's output carries through structlog.
+BRIDGED_LOGGERS = ("psycopg",)
+
+
+class _StructlogBridge(logging.Handler):
+    """Hands each stdlib record to structlog, as configured at that moment (the CLI's
+    console output, or the application's own set-up, e.g. JSON): ``event`` is the message,
+    ``logger`` the stdlib logger's name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inside = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import structlog  # noqa: PLC0415
+
+        if getattr(self._inside, "active", False):
+            return  # structlog itself logs through stdlib here: never loop
+        self._inside.active = True
+        try:
+            logger = structlog.get_logger("golemq_pg.bridge")
+            logger.log(record.levelno, record.getMessage(), logger=record.name)
+        except Exception:  # noqa: BLE001 - a log line must never break the worker
+            self.handleError(record)
+        finally:
+            self._inside.active = False
+
+
+def route_library_logs() -> None:
+    """Send the lines of :data:`BRIDGED_LOGGERS` (psycopg_pool's connection errors: logger
+    ``psycopg.pool``) through structlog like every other line of a worker, instead of
+    stdlib's bare last-resort output; idempotent."""
+    for name in BRIDGED_LOGGERS:
+        stdlib = logging.getLogger(name)
+        if not any(isinstance(h, _StructlogBridge) for h in stdlib.handlers):
+            stdlib.addHandler(_StructlogBridge())
+        stdlib.propagate = False
+
+
 def announce(message: str) -> None:
     """One ``golemq-pg: ...`` line on stderr."""
     click.echo(f"golemq-pg: {message}", err=True)
@@ -138,7 +245,10 @@ def announce(message: str) -> None:
 
 
 def resolve_dsn(ctx: click.Context) -> str:
-    """--dsn, else $GOLEMQ_DSN, else start (or reuse) the embedded server and say so."""
+    """--dsn, else $GOLEMQ_DSN, else start (or reuse) the embedded server and say so.
+    Every command that uses the database comes here first: the library's logs are sent to
+    stderr from here on (``configure_logging``), at WARNING."""
+    configure_logging(logging.WARNING)
     try:
         with quiet_platformdirs():
             return _embedded.resolve_dsn(settings(ctx).dsn, announce=announce)

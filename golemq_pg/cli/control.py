@@ -1,8 +1,9 @@
 """The ``golemq-pg`` commands that control single jobs and types: ``retry ID``,
-``run-now ID``, ``cancel ID``, ``pause TYPE [--reason R]``, ``resume TYPE``.
+``run-now ID``, ``cancel ID``, ``delete ID``, ``pause TYPE [--reason R]``, ``resume TYPE``.
 
-The argument is checked before connecting (bad input: one line, exit 2); a job not in the
-state the command needs changes nothing and exits 1 with one line.
+The argument is checked before connecting (bad input: one line, exit 2); an unknown job is
+``job ID not found`` (exit 1), as for ``show``; a job not in the state the command needs
+changes nothing and exits 1 with one line.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ def _queue(store: Any) -> Any:
 
 
 def _one_job(job_id: str, act: Callable[[Any, str], bool], refused: str, done: str) -> None:
-    """retry / run-now / cancel: one fenced verb on one job; "{id}" in the texts."""
+    """retry / run-now / cancel / delete: one fenced verb on one job; "{id}" in the texts.
+    Refused, the job is looked up to tell an unknown id from one in another state."""
     checked = job_id_argument(job_id)
     with open_store(click.get_current_context()) as store:
-        changed = act(_queue(store), checked)
+        queue = _queue(store)
+        changed = act(queue, checked)
+        known = changed or queue.get(checked) is not None
+    if not known:
+        raise CliError(f"job {checked} not found")
     if not changed:
         raise NotChanged(refused.format(id=checked))
     click.echo(done.format(id=checked))
@@ -51,7 +57,7 @@ def _one_job(job_id: str, act: Callable[[Any, str], bool], refused: str, done: s
 def retry(job_id: str) -> None:
     """Move one dead letter (FAILED) back to PENDING, due now, attempts reset."""
     _one_job(job_id, lambda queue, job: queue.retry(job),
-             "not retried: job {id} is not FAILED (or does not exist)",
+             "not retried: job {id} is not FAILED",
              "job {id} moved back to pending")
 
 
@@ -62,7 +68,7 @@ def run_now(job_id: str) -> None:
     """Make one PENDING job parked in the future (scheduled, backoff) due now."""
     _one_job(job_id, lambda queue, job: queue.run_now(job),
              "not changed: job {id} is not pending with a future run time (already due, "
-             "running, finished or unknown)",
+             "running or finished)",
              "job {id} is due now")
 
 
@@ -74,6 +80,16 @@ def cancel(job_id: str) -> None:
     _one_job(job_id, lambda queue, job: queue.cancel(job),
              "not cancelled: job {id} is not pending or running",
              "job {id} cancelled")
+
+
+@click.command("delete")
+@db_options
+@click.argument("job_id", metavar="ID")
+def delete(job_id: str) -> None:
+    """Delete one job: a finished one with its result and history; a pending or running
+    one is cancelled (its handler aborted)."""
+    _one_job(job_id, lambda queue, job: queue.delete(job),
+             "not deleted: job {id}", "job {id} deleted")
 
 
 @click.command("pause")

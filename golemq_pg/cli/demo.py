@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
-import structlog
 
 from golemq_pg._types import JobStatus, Transition
 from golemq_pg.cli.base import (
@@ -36,8 +35,6 @@ from golemq_pg.errors import TerminalJobError
 if TYPE_CHECKING:
     from golemq_pg.queue import Queue
     from golemq_pg.store.postgres import PostgresStore
-
-log = structlog.get_logger("golemq_pg.demo")
 
 #: Every demo job carries this scope so a store without ``drop_schema`` can still be emptied.
 DEMO_SCOPE = ("golemq-demo", "run")
@@ -188,9 +185,10 @@ def _trickle(queue: Any, count: int, stop: threading.Event, sent: list[int]) -> 
 
 def run_demo(
     dsn: str, *, schema: str = DEMO_SCHEMA, jobs: int = 3000, quiet: bool = False,
-    deadline: float = DEADLINE_SECONDS, console: Any = None,
+    deadline: float = DEADLINE_SECONDS, console: Any = None, prepare: bool = True,
 ) -> DemoResult:
-    """Run the demo against ``dsn`` in ``schema`` (emptied first) and print a summary."""
+    """Run the demo against ``dsn`` in ``schema`` (emptied first) and print a summary.
+    ``prepare=False``: no server-side prepared statements (``--no-prepare``)."""
     from rich.console import Console  # noqa: PLC0415
 
     from golemq_pg import PostgresStore, Queue, Worker  # noqa: PLC0415
@@ -198,7 +196,7 @@ def run_demo(
     console = console or Console()
     counts = plan(jobs)
     tally = _Tally()
-    store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=6)
+    store = PostgresStore.connect(dsn, schema=schema, min_size=1, max_size=6, prepare=prepare)
     try:
         queue = Queue(store)
         _reset(store, queue)
@@ -331,7 +329,8 @@ def demo(jobs: int, quiet: bool) -> None:
     # The demo dead-letters on purpose: the worker's warnings about it would be noise here.
     reset_logging(logging.ERROR)
     try:
-        result = run_demo(dsn, schema=schema, jobs=jobs, quiet=quiet)
+        result = run_demo(dsn, schema=schema, jobs=jobs, quiet=quiet,
+                          prepare=settings(ctx).prepare)
     except (click.ClickException, click.exceptions.Exit):
         raise
     except Exception as exc:  # noqa: BLE001 - CLI boundary: one line, not a traceback

@@ -10,10 +10,13 @@ import click
 
 from golemq_pg import _embedded
 from golemq_pg._errortext import error_text
-from golemq_pg.cli.base import CliError, quiet_platformdirs
+from golemq_pg.cli.base import GLOBAL_OPTIONS, CliError, db_options, quiet_platformdirs
 
 
 @click.command()
+@db_options(refuse=dict.fromkeys(
+    GLOBAL_OPTIONS, "it manages the embedded PostgreSQL, whatever DSN or schema is chosen"
+))
 @click.argument("action", type=click.Choice(["status", "stop"]))
 def embedded(action: str) -> None:
     """Show or stop the embedded PostgreSQL (used when no --dsn / $GOLEMQ_DSN is set)."""
@@ -24,6 +27,10 @@ def embedded(action: str) -> None:
             click.echo(f"embedded PostgreSQL: not running (data directory {directory})")
         else:
             click.echo(f"embedded PostgreSQL: running, pid {pid}, data directory {directory}")
+            dsn = _embedded.running_dsn(directory)
+            if dsn is not None:
+                click.echo(f"connect with: {dsn}")
+                click.echo(f"  e.g. psql '{dsn}'  or  GOLEMQ_DSN='{dsn}' golemq-pg stats")
         return
     if pid is None:
         click.echo(f"embedded PostgreSQL: not running (data directory {directory})")

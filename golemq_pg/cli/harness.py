@@ -66,7 +66,10 @@ class HarnessUnavailable(click.ClickException):
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
                                  "help_option_names": []})
-@db_options
+@db_options(refuse={
+    "--schema": "the harness runs each scenario in a fresh schema or database of its own",
+    "--no-prepare": "the harness connects its own stores",
+})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(args: tuple[str, ...]) -> None:
     """Run the benchmark harness of a source checkout (`golemq-pg bench --help` shows its

@@ -19,11 +19,14 @@ from golemq_pg._errortext import error_text
 from golemq_pg._types import JobStatus
 from golemq_pg.cli.base import DURATION, CliError, db_options, job_id_argument, open_store
 from golemq_pg.cli.views import (
+    console,
     job_detail,
     paused_json,
     paused_lines,
     render_job,
     render_workers,
+    short_time,
+    table,
     worker_row,
 )
 
@@ -49,20 +52,19 @@ _COLUMNS = ("pending", "scheduled", "running", "succeeded", "failed")
 def render_stats(data: dict[str, Any]) -> Any:
     """A rich renderable of :func:`collect_stats` output."""
     from rich.console import Group  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
 
-    table = Table(title=f"golemq-pg jobs at {data['at']}", title_justify="left")
-    table.add_column("type")
-    for column in _COLUMNS:
-        table.add_column(column, justify="right")
-    for name, counts in sorted(data["by_type"].items()):
-        table.add_row(name, *(str(counts.get(c, 0)) for c in _COLUMNS))
-    table.add_row("[bold]all[/bold]", *(str(data["totals"].get(c, 0)) for c in _COLUMNS))
+    # Text: a type name is shown as written, never read as markup.
+    cells = [[Text(name), *(str(counts.get(c, 0)) for c in _COLUMNS)]
+             for name, counts in sorted(data["by_type"].items())]
+    cells.append([Text("all", style="bold"), *(str(data["totals"].get(c, 0)) for c in _COLUMNS)])
+    made = table(f"golemq-pg jobs at {data['at']}", ("type", *_COLUMNS), cells, right=_COLUMNS,
+                 keep=_COLUMNS)
     oldest = data["oldest_due_age_seconds"]
     lines: list[Any] = [f"due backlog: {data['due_backlog']}",
              "oldest due job: " + ("-" if oldest is None else f"{oldest:.1f}s ago")]
     lines += paused_lines(data.get("paused", {}))
-    return Group(table, *lines)
+    return Group(made, *lines)
 
 
 @click.command()
@@ -80,11 +82,9 @@ def stats(watch: bool, interval: float, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(collect_stats(store), sort_keys=True))
             return
-        from rich.console import Console  # noqa: PLC0415
-
-        console = Console()
+        out = console()
         if not watch:
-            console.print(render_stats(collect_stats(store)))
+            out.print(render_stats(collect_stats(store)))
             return
         from rich.live import Live  # noqa: PLC0415
 
@@ -94,7 +94,7 @@ def stats(watch: bool, interval: float, as_json: bool) -> None:
         # pool waiting on closing for a connection never given back (seen: no exit at all).
         previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
         try:
-            with Live(render_stats(collect_stats(store)), console=console,
+            with Live(render_stats(collect_stats(store)), console=out,
                       auto_refresh=False) as live:
                 while not stop.wait(max(interval, 0.2)):
                     live.update(render_stats(collect_stats(store)), refresh=True)
@@ -125,18 +125,21 @@ def failed(job_type: str | None, limit: int, as_json: bool) -> None:
         for row in rows:
             click.echo(json.dumps(row))
         return
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
 
-    table = Table(title=f"dead letters ({len(rows)} shown)", title_justify="left")
-    for column in ("id", "type", "attempts", "last_error", "finished_at"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(str(row[k] if row[k] is not None else "") for k in row))
-    console = Console()
-    console.print(table)
+    cells = [
+        [str(row["id"]), Text(str(row["type"])), str(row["attempts"]),
+         short_time(row["finished_at"] if isinstance(row["finished_at"], str) else None),
+         Text(str(row["last_error"] or ""))]
+        for row in rows
+    ]
+    made = table(f"dead letters ({len(rows)} shown)",
+                 ("id", "type", "attempts", "finished", "last_error"), cells,
+                 right=("attempts",), keep=("id", "attempts", "finished"))
+    out = console()
+    out.print(made)
     for line in paused_lines(paused):
-        console.print(line)
+        out.print(line)
 
 
 @click.command("retry-failed")
@@ -192,9 +195,7 @@ def workers(as_json: bool) -> None:
         for row in rows:
             click.echo(json.dumps(row, sort_keys=True))
         return
-    from rich.console import Console  # noqa: PLC0415
-
-    Console().print(render_workers(rows))
+    console().print(render_workers(rows))
 
 
 @click.command("show")
@@ -219,6 +220,4 @@ def show(job_id: str, as_json: bool, with_payload: bool) -> None:
     if as_json:
         click.echo(json.dumps(detail, sort_keys=True))
         return
-    from rich.console import Console  # noqa: PLC0415
-
-    Console().print(render_job(detail))
+    console().print(render_job(detail))

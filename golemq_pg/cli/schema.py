@@ -43,7 +43,10 @@ def migrate(lock_timeout: float, lock_retries: int) -> None:
 
 
 @click.command("sql")
-@db_options
+@db_options(refuse={
+    "--dsn": "it connects to nothing, it prints the SQL (golemq-pg sql | psql \"$DSN\")",
+    "--no-prepare": "it connects to nothing, it prints the SQL",
+})
 def sql() -> None:
     """Print the migration SQL for psql (golemq-pg sql | psql "$DSN")."""
     ctx = click.get_current_context()

@@ -11,6 +11,61 @@ from typing import Any
 
 from golemq_pg._types import JobSummary, WorkerSummary
 
+#: The width every table the CLI prints fits in: a cell too long for its share of it is cut
+#: with an ellipsis (``--json`` has every value whole).
+TABLE_WIDTH = 80
+
+
+def console() -> Any:
+    """A rich console at most :data:`TABLE_WIDTH` columns wide (narrower on a narrower
+    terminal), so every table fits an 80-column terminal, piped or not."""
+    from rich.console import Console  # noqa: PLC0415 - keep the CLI's start fast
+
+    detected = Console().width
+    return Console(width=min(detected, TABLE_WIDTH))
+
+
+def table(
+    title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+    *, right: Sequence[str] = (), keep: Sequence[str] = (), width: int = TABLE_WIDTH,
+) -> Any:
+    """A rich table of ``rows`` (``str`` or rich ``Text`` cells) at most ``width`` columns
+    wide: each cell stays on one line, and the widest columns are narrowed first (never
+    below their header) with long cells cut by an ellipsis; the ``keep`` columns (ids,
+    counts, times) only once the others are down to their headers. ``right``: columns
+    aligned right (numbers)."""
+    from rich.box import SIMPLE_HEAD  # noqa: PLC0415 - keep the CLI's start fast
+    from rich.table import Table  # noqa: PLC0415
+
+    natural = [
+        max([len(name), *(len(str(row[i])) for row in rows)]) for i, name in enumerate(columns)
+    ]
+    floor = [len(name) for name in columns]
+    # Between two cells: a padding space, the (blank) rule of the box, a padding space; one
+    # padding space at each edge: 3 per column, less one.
+    budget = width - 3 * len(columns) + 1
+    widths = list(natural)
+    while sum(widths) > budget:
+        cuttable = [i for i in range(len(widths)) if widths[i] > floor[i]]
+        flexible = [i for i in cuttable if columns[i] not in keep] or cuttable
+        if not flexible:
+            break  # only headers left: nothing more to cut
+        widths[max(flexible, key=lambda i: widths[i])] -= 1
+    # No vertical rules: the width they would take goes to the cells.
+    made = Table(title=title, title_justify="left", box=SIMPLE_HEAD, show_edge=False)
+    for name, size in zip(columns, widths, strict=True):
+        made.add_column(name, no_wrap=True, overflow="ellipsis", width=size,
+                        justify="right" if name in right else "left")
+    for row in rows:
+        made.add_row(*row)
+    return made
+
+
+def short_time(iso: str | None) -> str:
+    """An ISO timestamp as a table cell: ``2026-05-01 09:00:00`` (to the second, in the
+    offset it was given in: UTC from the store), "" for None."""
+    return "" if iso is None else iso[:19].replace("T", " ")
+
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
@@ -33,18 +88,18 @@ def worker_row(worker: WorkerSummary, now: datetime) -> dict[str, Any]:
 
 def render_workers(rows: Sequence[dict[str, Any]]) -> Any:
     """A table of :func:`worker_row` rows: id, host, pid, state, running, handlers, age."""
-    from rich.table import Table  # noqa: PLC0415 - keep the CLI's start fast
+    from rich.text import Text  # noqa: PLC0415 - keep the CLI's start fast
 
-    table = Table(title=f"workers ({len(rows)})", title_justify="left")
-    for column in ("id", "host", "pid", "state", "running", "handlers", "last seen"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        handlers = ", ".join(f"{name}x{count}" for name, count in sorted(row["handlers"].items()))
-        table.add_row(
-            row["worker_id"], row["host"], str(row["pid"]), row["state"], str(row["running"]),
-            handlers, f"{row['last_seen_age_seconds']:.1f}s ago",
-        )
-    return table
+    cells = [
+        [Text(row["worker_id"]), Text(row["host"]), str(row["pid"]), row["state"],
+         str(row["running"]),
+         Text(", ".join(f"{name}x{count}" for name, count in sorted(row["handlers"].items()))),
+         f"{row['last_seen_age_seconds']:.1f}s ago"]
+        for row in rows
+    ]
+    return table(f"workers ({len(rows)})",
+                 ("id", "host", "pid", "state", "running", "handlers", "last seen"), cells,
+                 right=("pid", "running"), keep=("pid", "state", "running", "last seen"))
 
 
 def job_detail(
@@ -111,12 +166,12 @@ def render_job(detail: dict[str, Any]) -> Any:
             value = json.dumps(value)
         summary.add_row(key, "-" if value is None else str(value))
     parts: list[Any] = [summary]
-    history = Table(title=f"attempt history ({len(detail['errors'])})", title_justify="left")
-    for column in ("attempt", "at", "worker", "error"):
-        history.add_column(column, overflow="fold")
-    for item in detail["errors"]:
-        history.add_row(str(item["attempt"]), item["at"] or "", item["worker_id"] or "-",
-                        item["error"])
+    history = table(
+        f"attempt history ({len(detail['errors'])})", ("attempt", "at", "worker", "error"),
+        [[str(item["attempt"]), short_time(item["at"]), Text(item["worker_id"] or "-"),
+          Text(item["error"])] for item in detail["errors"]],
+        right=("attempt",), keep=("attempt", "at"),
+    )
     parts.append(history)
     # Text, not markup: a traceback's brackets are printed as they are.
     parts.extend(
@@ -151,10 +206,14 @@ def paused_lines(paused: dict[str, dict[str, str | None]]) -> list[Any]:
 
 
 __all__ = [
+    "TABLE_WIDTH",
+    "console",
     "job_detail",
     "paused_json",
     "paused_lines",
     "render_job",
     "render_workers",
+    "short_time",
+    "table",
     "worker_row",
 ]

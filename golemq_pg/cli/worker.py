@@ -9,7 +9,14 @@ import os
 import click
 
 from golemq_pg import _embedded
-from golemq_pg.cli.base import CliError, announce, db_options, reset_logging, resolve_dsn
+from golemq_pg.cli.base import (
+    CliError,
+    announce,
+    db_options,
+    reset_logging,
+    resolve_dsn,
+    route_library_logs,
+)
 from golemq_pg.cli.processes import (
     TargetError,
     TargetImportError,
@@ -17,10 +24,16 @@ from golemq_pg.cli.processes import (
     run_worker,
     split_target,
 )
+from golemq_pg.errors import SchemaNotMigrated
 
 
 @click.command()
-@db_options
+@db_options(refuse={
+    "--schema": "the worker's own store decides its schema "
+                "(PostgresStore.connect(dsn, schema=...) in MODULE)",
+    "--no-prepare": "the worker's own store decides "
+                    "(PostgresStore.connect(dsn, prepare=False) in MODULE)",
+})
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--processes", type=click.IntRange(min=1, max=256), default=1, show_default=True,
               help="Run N worker processes (each imports TARGET).")
@@ -46,6 +59,7 @@ def worker(
         split_target(target)
         os.environ[_embedded.ENV_DSN] = resolve_dsn(ctx)
         reset_logging(logging.INFO)  # a worker's lifecycle logs are its output
+        route_library_logs()  # psycopg_pool's lines too, in the same format
         if metrics_port is not None or metrics_child:
             ctx.exit(_serve_metrics(target, processes, metrics_port, metrics_host))
         if processes > 1:
@@ -56,6 +70,8 @@ def worker(
     except TargetImportError as exc:
         if os.environ.get("GOLEMQ_DEBUG"):
             raise
+        raise CliError(str(exc)) from None
+    except SchemaNotMigrated as exc:  # one line, exit code 1, before anything is claimed
         raise CliError(str(exc)) from None
 
 

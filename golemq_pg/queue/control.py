@@ -30,6 +30,7 @@ __all__ = [
     "cancel_by_dedupe_keys",
     "cancel_for_scope",
     "cancel_pending_for_scope",
+    "delete",
     "pause",
     "paused",
     "resume",
@@ -116,6 +117,21 @@ def cancel_by_dedupe_keys(
 def cancel(q: QueueCore[Any], job_id: str, *, reason: str | None = None) -> QueuePlan[bool]:
     """Cancel one pending or running job; True when it was live."""
     return (yield from _cancel(q, CancelFilter(job_ids=[check_job_id(job_id)]), reason)) > 0
+
+
+def delete(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
+    """Remove one job: a finished one (SUCCEEDED or FAILED) is deleted with its result
+    and attempt history (the status counts stay exact); a live one (PENDING or RUNNING) is
+    cancelled as :meth:`cancel` does (a running handler is aborted, observers see
+    "cancelled"). True when a job was removed; False for an unknown id.
+    """
+    job = check_job_id(job_id)
+    if (yield from calls.job_delete(job)):
+        return True
+    if (yield from _cancel(q, CancelFilter(job_ids=[job]), "deleted")) > 0:
+        return True
+    # Live at the first look, finished by the cancel's: it finished in between.
+    return bool((yield from calls.job_delete(job)))
 
 
 def _cancel(q: QueueCore[Any], selector: CancelFilter, reason: str | None) -> QueuePlan[int]:

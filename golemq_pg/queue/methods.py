@@ -16,11 +16,15 @@ class QueueMethods:
     schedule = QueueMethod(plans.schedule)
     unschedule = QueueMethod(plans.unschedule)
     schedules = QueueMethod(plans.schedules)
+    run_schedule_now = QueueMethod(plans.run_schedule_now)
+    pause_schedule = QueueMethod(plans.pause_schedule)
+    resume_schedule = QueueMethod(plans.resume_schedule)
     # -- cancellation
     cancel_for_scope = QueueMethod(control.cancel_for_scope)
     cancel_pending_for_scope = QueueMethod(control.cancel_pending_for_scope)
     cancel_by_dedupe_keys = QueueMethod(control.cancel_by_dedupe_keys)
     cancel = QueueMethod(control.cancel)
+    delete = QueueMethod(control.delete)
     # -- inspection and administration
     get = QueueMethod(plans.get)
     wait = QueueMethod(plans.wait)

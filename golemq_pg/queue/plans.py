@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, overload
 
 from golemq_pg import _trace_hook
-from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick
+from golemq_pg._schedule import check_cron, check_timezone, next_cron_tick, resumed_tick
 from golemq_pg._types import (
     Duration,
     JobStatus,
@@ -327,6 +327,32 @@ def unschedule(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
 def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
     """Every declared schedule."""
     found: list[ScheduleSummary] = yield from calls.schedule_list()
+    return found
+
+
+def run_schedule_now(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
+    """Enqueue one job of schedule ``key`` now, as its tick would (same type, payload,
+    scope, priority, attempts), even when the schedule is paused. Its cadence is kept (a
+    ``repeat_from="finished"`` schedule counts its next run from this job's finish). False
+    for an unknown key."""
+    found: str | None = yield from calls.schedule_run_now(check_name(key, "schedule key"))
+    return found is not None
+
+
+def pause_schedule(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
+    """Stop schedule ``key`` from firing until :meth:`resume_schedule`
+    (``ScheduleSummary.paused``); jobs it already enqueued stay. False for an unknown key."""
+    found: bool = yield from calls.schedule_pause(check_name(key, "schedule key"))
+    return found
+
+
+def resume_schedule(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
+    """Let a paused schedule fire again. The ticks it missed while paused are skipped:
+    its next run is its first tick after now (an interval schedule repeating from the
+    finish runs one interval after now), never a burst. False for an unknown key."""
+    found: bool = yield from calls.schedule_resume(
+        check_name(key, "schedule key"), resumed_tick
+    )
     return found
 
 

@@ -47,6 +47,7 @@ from golemq_pg.store.port import (
     EnqueueResult,
     FindParams,
     JobStore,
+    NextTick,
     ScheduleParams,
     TypeGauges,
 )
@@ -198,6 +199,11 @@ def job_run_now(job_id: str) -> StoreCall[bool]:
     return StoreCall(lambda s: s.job_run_now(job_id), lambda s: s.job_run_now(job_id))
 
 
+def job_delete(job_id: str) -> StoreCall[bool]:
+    """``job_delete(job_id)``."""
+    return StoreCall(lambda s: s.job_delete(job_id), lambda s: s.job_delete(job_id))
+
+
 # -- schedules --------------------------------------------------------------------------------
 def schedule_upsert(params: ScheduleParams) -> StoreCall[None]:
     """``schedule_upsert(params)``."""
@@ -212,6 +218,23 @@ def schedule_delete(key: str) -> StoreCall[bool]:
 def schedule_list() -> StoreCall[list[ScheduleSummary]]:
     """``schedule_list()``."""
     return StoreCall(lambda s: s.schedule_list(), lambda s: s.schedule_list())
+
+
+def schedule_pause(key: str) -> StoreCall[bool]:
+    """``schedule_pause(key)``."""
+    return StoreCall(lambda s: s.schedule_pause(key), lambda s: s.schedule_pause(key))
+
+
+def schedule_resume(key: str, next_tick: NextTick) -> StoreCall[bool]:
+    """``schedule_resume(key, next_tick)``."""
+    return StoreCall(
+        lambda s: s.schedule_resume(key, next_tick), lambda s: s.schedule_resume(key, next_tick)
+    )
+
+
+def schedule_run_now(key: str) -> StoreCall[str | None]:
+    """``schedule_run_now(key)``."""
+    return StoreCall(lambda s: s.schedule_run_now(key), lambda s: s.schedule_run_now(key))
 
 
 # -- the dashboard and the metrics gauges -----------------------------------------------------

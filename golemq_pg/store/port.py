@@ -567,6 +567,11 @@ class JobStore(DashboardReads, Protocol):
         """Every PENDING job of ``types`` with a future ``run_at`` -> due now, paused types
         excepted; returns how many (``run_until_empty(with_scheduled=True)``)."""
 
+    def job_delete(self, job_id: str) -> bool:
+        """Delete one finished job (SUCCEEDED or FAILED) with its result and history; the
+        maintained counts stay exact. False, and nothing changed, when the job is live
+        (PENDING, RUNNING: ``job_cancel`` deletes those) or unknown."""
+
     # -- schedules --------------------------------------------------------------------------
     def schedule_upsert(self, params: ScheduleParams) -> None:
         """Create or update a schedule by key."""
@@ -578,7 +583,23 @@ class JobStore(DashboardReads, Protocol):
         """Every schedule, by key."""
 
     def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
-        """Enqueue one job per due schedule and advance it; returns the new job ids."""
+        """Enqueue one job per due schedule and advance it; returns the new job ids.
+        Paused schedules are skipped."""
+
+    def schedule_pause(self, key: str) -> bool:
+        """Pause a schedule: ``schedule_fire_due`` fires none of its ticks until
+        ``schedule_resume``. Pausing a paused one changes nothing. False: unknown key."""
+
+    def schedule_resume(self, key: str, next_tick: NextTick) -> bool:
+        """Resume a paused schedule (False: unknown key; a schedule not paused is left as
+        it is). With the row locked, a pending tick that passed during the pause becomes
+        ``next_tick(schedule, now)`` (``_schedule.resumed_tick``: the first tick after now);
+        a future tick, or none (waiting for its last job), is kept."""
+
+    def schedule_run_now(self, key: str) -> str | None:
+        """Enqueue one job of the schedule now, as a tick would (paused or not), keeping its
+        cadence; a ``repeat_from="finished"`` schedule then waits for this job to finish.
+        Returns the job's id; None for an unknown key."""
 
     # -- metrics ----------------------------------------------------------------------------
     def metrics_type_gauges(self, cap: int) -> list[TypeGauges]:

@@ -144,6 +144,8 @@ class ClaimLoop(Service):
         #: Held by the thread running a claim pass: this loop's, or the listener's (see
         #: :meth:`hint`); the loop's state is only ever touched under it.
         self._turn = threading.Lock()
+        #: Set when a stop stopped waiting for the claim in flight (see :meth:`stop`).
+        self._given_up = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, timeout: float | None = None) -> None:
@@ -152,6 +154,10 @@ class ClaimLoop(Service):
         super().stop(timeout)
         if self._turn.acquire(timeout=-1 if timeout is None else timeout):
             self._turn.release()
+        else:
+            # The claim is stuck (a database that is down: the pool's connection timeout);
+            # shutdown moves on, and whatever it leases after all is given back at once.
+            self._given_up = True
 
     # -- hints ------------------------------------------------------------------------------
     def hint(self, types: Iterable[str]) -> None:
@@ -379,6 +385,12 @@ class ClaimLoop(Service):
         except Exception as exc:  # noqa: BLE001 - any store error backs off, never kills
             self._failed(exc)
             return None
+        if self._given_up:
+            # The shutdown stopped waiting for this claim and has drained the buffers
+            # already: nothing will run what it leased, so it goes back now.
+            if jobs:
+                self._release_strays(jobs, late=True)
+            return None
         if self._failures:
             log.info("claim_recovered", worker_id=runtime.owner, failures=self._failures,
                      outage=round(time.monotonic() - self._failing_since, 3))
@@ -450,14 +462,18 @@ class ClaimLoop(Service):
             self._release_strays(strays)
         return counts
 
-    def _release_strays(self, strays: list[ClaimedJob]) -> None:
-        """The store returned types nobody asked for (a store bug): give them back."""
+    def _release_strays(self, strays: list[ClaimedJob], *, late: bool = False) -> None:
+        """Give back jobs nobody will run: types nobody asked for (a store bug), or
+        (``late``) a claim that returned after the shutdown stopped waiting for it."""
         runtime = self.runtime
-        log.error(
-            "claim_returned_unrequested_types", worker_id=runtime.owner, count=len(strays),
-            job_ids=[job.id for job in strays[:LOG_IDS]],
-            types=sorted({job.type for job in strays}),
-        )
+        if late:
+            log.info("late_claim_released", worker_id=runtime.owner, count=len(strays))
+        else:
+            log.error(
+                "claim_returned_unrequested_types", worker_id=runtime.owner,
+                count=len(strays), job_ids=[job.id for job in strays[:LOG_IDS]],
+                types=sorted({job.type for job in strays}),
+            )
         try:
             runtime.store.job_release_many(
                 runtime.owner, [LeaseRef(job.id, job.lease_token) for job in strays]

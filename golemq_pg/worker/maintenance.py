@@ -181,19 +181,20 @@ class Maintenance(Service):
                 task.next_at = 0.0
         self.kick()
 
-    def deregister(self) -> None:
+    def deregister(self, wait: float = DEREGISTER_WAIT) -> None:
         """After a clean stop (this loop stopped): remove the worker's registry row, waiting
-        at most ``DEREGISTER_WAIT`` (a database that is down must not hold the stop up for
-        the pool's timeout). A failure is logged; the row then reads as lost and is swept
-        an hour later."""
+        at most ``wait`` seconds (``DEREGISTER_WAIT`` at most: a database that is down must
+        not hold the stop up for the pool's timeout). A failure is logged; the row then
+        reads as lost and is swept an hour later."""
         if not callable(getattr(self.runtime.store, "worker_remove", None)):
             return
+        wait = min(max(wait, 0.05), DEREGISTER_WAIT)
         remover = threading.Thread(target=self._remove, name="golemq-deregister", daemon=True)
         remover.start()
-        remover.join(DEREGISTER_WAIT)
+        remover.join(wait)
         if remover.is_alive():
             log.warning("worker_deregister_slow", worker_id=self.runtime.owner,
-                        waited=DEREGISTER_WAIT)
+                        waited=round(wait, 3))
 
     def _remove(self) -> None:
         runtime = self.runtime

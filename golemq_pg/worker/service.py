@@ -95,7 +95,8 @@ class Service:
                 # Shutdown moves on; a daemon thread still busy (a write stuck on the
                 # database) ends with the process or when its call returns.
                 log.warning("worker_thread_still_running", worker_id=self.owner,
-                            thread=self.name, waited=timeout)
+                            thread=self.name,
+                            waited=None if timeout is None else round(timeout, 3))
 
     def _run(self) -> None:
         failures = 0

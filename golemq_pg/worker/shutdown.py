@@ -10,6 +10,13 @@
 5. Stop the renewer, maintenance and listener, then flush every queued outcome.
 
 A second SIGINT/SIGTERM (``hurry``) skips the remaining grace periods.
+
+Every wait is bounded, so a stop ends in time even while the database is unreachable (each
+store call of a service thread then waits out the pool's connection timeout, 30 s by default):
+the claim in flight gets :data:`CLAIM_JOIN` seconds, and steps 5 and the final flush share
+:data:`WIND_DOWN` seconds after the grace. A thread still inside a store call past its
+deadline is left to finish on its own (daemon threads: a worker process exits regardless);
+a claim that returns after its loop was given up on is released at once.
 """
 
 from __future__ import annotations
@@ -35,10 +42,18 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("golemq_pg.worker.shutdown")
 
-#: How long a claim or a write in flight may hold up shutdown before it moves on.
-JOIN_SECONDS = 30.0
-#: How long the final flush keeps retrying a failing store before giving up.
+#: How long a claim in flight may hold up the start of a shutdown before it moves on.
+CLAIM_JOIN = 1.5
+#: What the end of a shutdown (stopping the service threads, the final flush) may take
+#: after the grace: a stop returns within ``grace + CLAIM_JOIN + WIND_DOWN`` (plus
+#: ``abandon_grace`` when a handler ignores its shutdown signal), even with the database
+#: down.
+WIND_DOWN = 2.5
+#: How long the final flush keeps retrying a failing store before giving up (capped by the
+#: wind-down's deadline).
 FLUSH_GIVE_UP = 10.0
+#: The least any one join is given, even past the deadline (a healthy thread ends at once).
+_MIN_JOIN = 0.05
 _TICK = 0.01
 
 
@@ -77,15 +92,17 @@ def shut_down(
     services: Sequence[Service],
     grace: float,
     hurry: threading.Event,
-) -> None:
-    """Run the shutdown sequence of the module docstring.
+) -> float:
+    """Run the shutdown sequence of the module docstring; returns its deadline (monotonic
+    seconds), which the registry row's removal keeps to as well.
 
     ``services`` are the loops stopped before the final flush (renewer, maintenance,
     listener); the claim loop, the supervisor and the completer are stopped at their own
     steps.
     """
+    started = time.monotonic()
     runtime.stopping = True
-    claim_loop.stop(JOIN_SECONDS)
+    claim_loop.stop(CLAIM_JOIN)
     released = 0
     for pool in pools.values():
         for unit in pool.drain_buffer():
@@ -115,11 +132,17 @@ def shut_down(
                         "handler_abandoned", worker_id=runtime.owner, job_id=job.id,
                         type=job.type, attempt=job.attempt, reason=SHUTDOWN,
                     )
+    deadline = max(started + grace, time.monotonic()) + WIND_DOWN
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), _MIN_JOIN)
+
     for service in services:
-        service.stop(JOIN_SECONDS)
-    supervisor.stop(JOIN_SECONDS)
-    completer.give_up_at = time.monotonic() + FLUSH_GIVE_UP
-    completer.stop(JOIN_SECONDS + FLUSH_GIVE_UP)
+        service.stop(left())
+    supervisor.stop(left())
+    completer.give_up_at = min(time.monotonic() + FLUSH_GIVE_UP, deadline)
+    completer.stop(left())
+    return deadline
 
 
 __all__ = ["shut_down"]

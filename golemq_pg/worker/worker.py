@@ -36,8 +36,8 @@ from golemq_pg._types import (
     JobType,
 )
 from golemq_pg._validation import to_seconds
-from golemq_pg.errors import QueueConfigError
-from golemq_pg.store.port import JobStore
+from golemq_pg.errors import QueueConfigError, SchemaNotMigrated
+from golemq_pg.store.port import JobStore, Listener
 from golemq_pg.worker.blocked import BlockedReporter
 from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
 from golemq_pg.worker.config import DeleteOn, WorkerConfig, WorkerOptions, build_config
@@ -67,9 +67,18 @@ from golemq_pg.worker.transactional import (
 
 log = structlog.get_logger("golemq_pg.worker")
 
+#: How long a start waits for the database to answer its schema check, and for the LISTEN
+#: connection, before it goes on without them (an unreachable database: the services retry
+#: on their own). A stop requested meanwhile cuts either wait short.
+STARTUP_WAIT = 5.0
+#: SQLSTATEs of a schema that ``migrate`` has not created (or not completed): undefined
+#: table, invalid schema name, undefined function.
+_NOT_MIGRATED = frozenset({"42P01", "3F000", "42883"})
+
 P = TypeVar("P", bound=Mapping[str, Any])
 R = TypeVar("R")
 H = TypeVar("H", bound=Callable[..., object])
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +156,7 @@ class Worker:
         self._parts: _Parts | None = None
         self._unregister: Callable[[], None] | None = None
         self._until_empty_requested = False
+        self._schema_checked = False
 
     # -- introspection ----------------------------------------------------------------------
     @property
@@ -278,6 +288,7 @@ class Worker:
             if reset_stop:
                 self._stop_requested.clear()
                 self._hurry.clear()
+            self._check_schema()
             self._launch()
             self._state = "running"
         log.info(
@@ -300,6 +311,45 @@ class Worker:
         for text in lock_warnings(self._handlers, cfg.resources):
             log.warning("transactional_claim_holds_locks", worker_id=self.worker_id,
                         detail=text)
+
+    def _check_schema(self) -> None:
+        """Refuse to start on a schema that is not migrated (``SchemaNotMigrated``), with
+        one cheap read (``type_paused``); an unreachable database is not checked here (the
+        services wait for it), and a store without the verb is trusted."""
+        probe = getattr(self.store, "type_paused", None)
+        if not callable(probe) or self._schema_checked:
+            return
+        answered, _, exc = _call_bounded(probe, STARTUP_WAIT, self._stop_requested,
+                                         "golemq-schema-check")
+        if not answered:
+            log.warning("schema_check_skipped", worker_id=self.worker_id,
+                        reason="the database did not answer", waited=STARTUP_WAIT)
+            return
+        if exc is None:
+            self._schema_checked = True
+            return
+        if getattr(exc, "sqlstate", None) in _NOT_MIGRATED:
+            schema = getattr(self.store, "schema", None)
+            raise SchemaNotMigrated(schema if isinstance(schema, str) else None) from None
+        # Anything else (the database went away meanwhile): the services retry.
+        log.warning("schema_check_failed", worker_id=self.worker_id,
+                    error_type=type(exc).__name__, error=error_text(exc))
+
+    def _open_listener(self) -> Listener | None:
+        """The LISTEN connection, waiting at most ``STARTUP_WAIT`` (or until a stop is
+        requested): past that the listener thread opens it itself, and one that connects
+        late is closed."""
+        store, dsn = self.store, self.config.listen_dsn
+        answered, listener, exc = _call_bounded(
+            lambda: open_listener(store, dsn), STARTUP_WAIT, self._stop_requested,
+            "golemq-listener-open", late=_close_listener,
+        )
+        if exc is not None or not answered:
+            log.warning("listener_open_failed", worker_id=self.worker_id,
+                        error_type=type(exc).__name__ if exc is not None else "Timeout",
+                        error=error_text(exc) if exc is not None else "no answer in time")
+            return None
+        return listener
 
     def _launch(self) -> None:
         """Build the shared state and every service, wire them, start the threads."""
@@ -351,12 +401,8 @@ class Worker:
             Maintenance(runtime, abort=supervisor.abort),
         ]
         if cfg.notify and (pools or tx_pools):
-            listener = None
-            try:
-                listener = open_listener(store, cfg.listen_dsn)
-            except Exception as exc:  # noqa: BLE001 - the listener thread retries; polling covers the gap
-                log.warning("listener_open_failed", worker_id=owner,
-                            error_type=type(exc).__name__, error=error_text(exc))
+            # None: the listener thread opens it (and retries); polling covers the gap.
+            listener = self._open_listener()
             services.append(
                 ListenerThread(runtime, claim_loop, listener, abort_ids=supervisor.abort_ids)
             )
@@ -411,14 +457,14 @@ class Worker:
             for maintenance in registry:
                 maintenance.announce_stopping()
             try:
-                shut_down(
+                deadline = shut_down(
                     parts.runtime, claim_loop=parts.claim_loop, pools=parts.pools,
                     tx_pools=parts.tx_pools, supervisor=parts.supervisor,
                     completer=parts.completer, services=parts.services, grace=grace,
                     hurry=self._hurry,
                 )
                 for maintenance in registry:  # a clean stop: the registry row goes
-                    maintenance.deregister()
+                    maintenance.deregister(deadline - time.monotonic())
             finally:
                 if self._unregister is not None:
                     self._unregister()
@@ -507,6 +553,55 @@ class Worker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _call_bounded(
+    fn: Callable[[], T],
+    seconds: float,
+    stop: threading.Event,
+    name: str,
+    *,
+    late: Callable[[T], None] | None = None,
+) -> tuple[bool, T | None, BaseException | None]:
+    """Run ``fn`` on a daemon thread and wait for it at most ``seconds``, or until ``stop``
+    is set: (answered, result, exception). A call still running when the wait ends is left
+    to finish (a store call stuck on the pool's connection timeout); ``late`` then gets
+    what it returns."""
+    lock = threading.Lock()
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            result: Any = fn()
+            box["result"] = result
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            box["exc"] = exc
+        with lock:
+            done.set()
+            abandoned = box.get("abandoned", False)
+        if abandoned and late is not None and "result" in box:
+            late(box["result"])
+
+    threading.Thread(target=call, name=name, daemon=True).start()
+    deadline = time.monotonic() + seconds
+    while not done.wait(0.02):
+        if stop.is_set() or time.monotonic() >= deadline:
+            with lock:
+                if not done.is_set():
+                    box["abandoned"] = True
+                    return False, None, None
+            break
+    return True, box.get("result"), box.get("exc")
+
+
+def _close_listener(listener: Listener | None) -> None:
+    """Close a LISTEN connection that was opened too late to be used."""
+    if listener is not None:
+        try:
+            listener.close()
+        except Exception as exc:  # noqa: BLE001 - closing is best effort
+            log.debug("listener_close_failed", error_type=type(exc).__name__)
 
 
 def _placeholder(event: Any) -> None:

@@ -72,3 +72,21 @@ SELECT a.n,
                                         CASE WHEN octet_length(a.hint) > 7900 THEN ''
                                              ELSE a.hint END)::text END
   FROM agg a
+
+
+-- name: job_delete_finished
+-- Delete one finished job (Queue.delete): its row in the history (0008), or an older
+-- release's finished row still in `jobs` (not moved yet). The history's count triggers
+-- record the delete (history_count_deleted), so the maintained counts stay exact, as they do
+-- for retention's sweep. Live rows are not touched here (Queue.delete cancels them).
+WITH hist AS (
+    DELETE FROM {schema}.jobs_history h WHERE h.id = %(id)s::bigint RETURNING h.id
+),
+legacy AS (
+    DELETE FROM {schema}.jobs j
+     WHERE j.id = %(id)s::bigint AND j.status IN ('succeeded', 'failed')
+    RETURNING j.id
+)
+SELECT h.id FROM hist h
+UNION ALL
+SELECT l.id FROM legacy l

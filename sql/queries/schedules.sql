@@ -41,7 +41,7 @@ DELETE FROM {schema}.schedules s WHERE s.key = %(key)s::text RETURNING s.key
 
 -- name: schedule_list
 SELECT s.key, s.type, s.cron, s.every_seconds, s.timezone, s.repeat_from, s.next_run_at,
-       s.last_run_at
+       s.last_run_at, s.paused_at IS NOT NULL
   FROM {schema}.schedules s
  ORDER BY s.key
 
@@ -71,11 +71,12 @@ RETURNING s.key
 
 -- name: schedule_claim_due
 -- Due schedules, locked for this transaction; another scheduler skips them, and after this
--- one commits the advanced next_run_at no longer matches.
+-- one commits the advanced next_run_at no longer matches. Paused schedules (0011) wait.
 SELECT s.key, s.type, s.cron, s.every_seconds, s.timezone, s.repeat_from, s.next_run_at,
        now() AS db_now
   FROM {schema}.schedules s
  WHERE s.next_run_at <= now()
+   AND s.paused_at IS NULL
  ORDER BY s.next_run_at
  LIMIT %(limit)s::int
    FOR UPDATE SKIP LOCKED
@@ -108,5 +109,65 @@ advanced AS (
       FROM fire f
       JOIN ins i ON i.schedule_key = f.key
      WHERE s.key = f.key
+)
+SELECT i.id FROM ins i
+
+
+-- name: schedule_pause
+-- Pause a schedule (0011): the scheduler fires none of its ticks until it is resumed.
+-- Pausing a paused schedule keeps its paused_at. No row: the key is unknown.
+UPDATE {schema}.schedules s
+   SET paused_at = coalesce(s.paused_at, now()), updated_at = now()
+ WHERE s.key = %(key)s::text
+RETURNING s.key
+
+
+-- name: schedule_lock
+-- The schedule to resume, locked until the resume commits (a scheduler pass skips it
+-- meanwhile), with what the next-tick rule needs and the database's now().
+SELECT s.key, s.type, s.cron, s.every_seconds, s.timezone, s.repeat_from, s.next_run_at,
+       now() AS db_now, s.paused_at IS NOT NULL
+  FROM {schema}.schedules s
+ WHERE s.key = %(key)s::text
+   FOR UPDATE
+
+
+-- name: schedule_resume
+-- Resume a locked schedule with the pending tick the store computed (NULL: wait for the
+-- last job to finish, as repeat_from="finished" does).
+UPDATE {schema}.schedules s
+   SET paused_at = NULL,
+       next_run_at = %(next_run_at)s::timestamptz,
+       updated_at = now()
+ WHERE s.key = %(key)s::text
+
+
+-- name: schedule_run_now
+-- One job of the schedule now, enqueued as a tick enqueues it (schedule_fire), paused or
+-- not; the schedule's own cadence is kept. A repeat_from="finished" schedule then waits for
+-- this job to finish before its next tick (next_run_at NULL, schedule_resume_finished), so
+-- it does not fire again right behind it. The row lock (FOR UPDATE) serialises it with a
+-- scheduler firing the same schedule. No row: the key is unknown.
+WITH target AS MATERIALIZED (
+    SELECT s.key FROM {schema}.schedules s WHERE s.key = %(key)s::text FOR UPDATE
+),
+ins AS (
+    INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, priority, max_attempts,
+                               schedule_key, run_at)
+    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority, s.max_attempts, s.key,
+           now()
+      FROM {schema}.schedules s
+      JOIN target t ON t.key = s.key
+    RETURNING id, schedule_key
+),
+advanced AS (
+    UPDATE {schema}.schedules s
+       SET next_run_at = CASE WHEN s.repeat_from = 'finished' AND s.every_seconds IS NOT NULL
+                              THEN NULL ELSE s.next_run_at END,
+           last_run_at = now(),
+           last_job_id = i.id,
+           updated_at = now()
+      FROM ins i
+     WHERE s.key = i.schedule_key
 )
 SELECT i.id FROM ins i

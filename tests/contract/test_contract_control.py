@@ -306,3 +306,37 @@ def test_run_now_racing_a_claim_runs_each_attempt_once(store: JobStore) -> None:
     assert row is not None
     assert row.attempts == len(attempts)
     assert row.status is JobStatus.PENDING
+
+
+# -- job_delete ------------------------------------------------------------------------------
+
+
+def test_delete_removes_finished_jobs_and_keeps_the_counts_exact(store: JobStore) -> None:
+    done_id, failed_id, kept_id = (add(store, "a", {"n": n}) for n in range(3))
+    jobs = {j.id: j for j in claim(store, "a")}
+    store.job_complete_many("w1", refs([jobs[done_id], jobs[kept_id]]))
+    store.job_fail_many("w1", [FailItem(failed_id, jobs[failed_id].lease_token, "E")])
+    before = store.job_count_by_status()
+    assert (before[JobStatus.SUCCEEDED], before[JobStatus.FAILED]) == (2, 1)
+    assert store.job_delete(done_id) is True
+    assert store.job_delete(failed_id) is True
+    assert store.job_get(done_id) is None
+    assert store.job_get(failed_id) is None
+    assert store.job_delete(done_id) is False  # gone
+    after = store.job_count_by_status()
+    assert (after[JobStatus.SUCCEEDED], after[JobStatus.FAILED]) == (1, 0)
+    stats = store.job_stats()
+    assert (stats["succeeded"], stats["failed"]) == (1, 0)
+    assert store.job_get(kept_id) is not None
+
+
+def test_delete_leaves_live_and_unknown_jobs_alone(store: JobStore) -> None:
+    pending = add(store, "a")
+    running = add(store, "b")
+    claim(store, "b")
+    assert store.job_delete(pending) is False
+    assert store.job_delete(running) is False
+    assert store.job_delete("999999999") is False
+    assert store.job_delete("not-an-id") is False
+    assert store.job_get(pending).status is JobStatus.PENDING  # type: ignore[union-attr]
+    assert store.job_get(running).status is JobStatus.RUNNING  # type: ignore[union-attr]

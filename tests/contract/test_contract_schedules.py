@@ -198,3 +198,107 @@ def test_a_failing_next_tick_skips_only_its_schedule(store: JobStore) -> None:
     assert bad.last_run_at is None
     assert bad.next_run_at is not None
     assert bad.next_run_at <= store.now()
+
+
+# -- pause, resume, run now --------------------------------------------------------------------
+
+
+def test_a_paused_schedule_fires_no_tick_and_is_listed_paused(store: JobStore) -> None:
+    store.schedule_upsert(_every("s"))
+    store.schedule_upsert(_every("other"))
+    assert store.schedule_pause("s") is True
+    assert store.schedule_pause("s") is True  # pausing again changes nothing
+    assert store.schedule_pause("nope") is False
+    fired = store.schedule_fire_due(_plus_hour)
+    assert len(fired) == 1  # "other" only
+    listed = {s.key: s for s in store.schedule_list()}
+    assert (listed["s"].paused, listed["other"].paused) == (True, False)
+    assert listed["s"].last_run_at is None
+    assert store.schedule_fire_due(_plus_hour) == []
+
+
+def test_resume_skips_the_ticks_missed_while_paused(store: JobStore) -> None:
+    store.schedule_upsert(_every("s", first=store.now() - timedelta(hours=5)))
+    store.schedule_pause("s")
+    assert store.schedule_fire_due(_plus_hour) == []
+    asked: list[DueSchedule] = []
+
+    def resumed(due: DueSchedule, now: datetime) -> datetime:
+        asked.append(due)
+        return now + timedelta(minutes=30)
+
+    assert store.schedule_resume("s", resumed) is True
+    assert [d.key for d in asked] == ["s"]
+    (sched,) = store.schedule_list()
+    assert sched.paused is False
+    assert sched.next_run_at is not None
+    assert sched.next_run_at > store.now() + timedelta(minutes=29)
+    assert store.schedule_fire_due(_plus_hour) == []  # no catch-up run, no burst
+
+
+def test_resume_keeps_a_future_tick_and_unknown_keys_are_refused(store: JobStore) -> None:
+    later = store.now() + timedelta(hours=2)
+    store.schedule_upsert(_every("s", first=later))
+    store.schedule_pause("s")
+
+    def never(due: DueSchedule, now: datetime) -> datetime:
+        raise AssertionError("a future tick is kept")
+
+    assert store.schedule_resume("s", never) is True
+    (sched,) = store.schedule_list()
+    assert (sched.paused, sched.next_run_at) == (False, later)
+    assert store.schedule_resume("s", never) is True  # not paused: left as it is
+    assert store.schedule_resume("nope", never) is False
+
+
+def test_a_resumed_schedule_fires_again(store: JobStore) -> None:
+    store.schedule_upsert(_every("s", first=store.now() + timedelta(hours=1)))
+    store.schedule_pause("s")
+    store.schedule_resume("s", _plus_hour)
+    store.schedule_upsert(_every("s", seconds=60))  # re-timed: due now
+    assert len(store.schedule_fire_due(_plus_hour)) == 1
+
+
+def test_run_now_enqueues_one_due_job_as_a_tick_would_and_keeps_the_cadence(
+    store: JobStore,
+) -> None:
+    later = store.now() + timedelta(hours=2)
+    store.schedule_upsert(_every("s", first=later, scope=Scope("Team", "ops"), priority=3))
+    job_id = store.schedule_run_now("s")
+    assert job_id is not None
+    assert store.schedule_run_now("nope") is None
+    (job,) = claim(store, "report")
+    assert job.id == job_id
+    assert (job.payload, job.scope, job.priority) == ({"to": "ops"}, Scope("Team", "ops"), 3)
+    (sched,) = store.schedule_list()
+    assert sched.next_run_at == later  # the cadence is kept
+    assert sched.last_run_at is not None
+    assert store.schedule_fire_due(_plus_hour) == []  # and it does not fire twice
+
+
+def test_run_now_of_a_paused_schedule_runs_once_and_leaves_it_paused(store: JobStore) -> None:
+    store.schedule_upsert(_every("s"))
+    store.schedule_pause("s")
+    assert store.schedule_run_now("s") is not None
+    assert len(claim(store, "report")) == 1
+    assert store.schedule_fire_due(_plus_hour) == []
+    (sched,) = store.schedule_list()
+    assert sched.paused is True
+
+
+def test_run_now_of_a_finished_cadence_counts_the_next_run_from_its_finish(
+    store: JobStore,
+) -> None:
+    store.schedule_upsert(_every("s", seconds=3600, repeat_from="finished"))
+    job_id = store.schedule_run_now("s")
+    assert job_id is not None
+    # The pending tick (due now) gave way to this run: nothing fires behind it.
+    assert store.schedule_fire_due(_wait_for_finish) == []
+    (job,) = claim(store, "report")
+    store.job_complete_many("w1", refs([job]))
+    row = store.job_get(job_id)
+    assert row is not None
+    assert row.finished_at is not None
+    assert store.schedule_fire_due(_wait_for_finish) == []
+    (sched,) = store.schedule_list()
+    assert sched.next_run_at == row.finished_at + timedelta(seconds=3600)

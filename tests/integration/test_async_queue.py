@@ -261,6 +261,35 @@ def test_a_cancel_from_the_async_queue_aborts_the_running_handler_of_this_proces
         assert aborted.wait(5)
 
 
+def test_the_async_queue_deletes_jobs_and_controls_schedules(
+    pg_store: PostgresStore, async_pg_store: AsyncPostgresStore, loop_thread: LoopThread
+) -> None:
+    queue = AsyncQueue(async_pg_store)
+
+    async def scenario() -> None:
+        await queue.schedule("nightly", "report", {}, cron="0 3 * * *")
+        assert await queue.pause_schedule("nightly") is True
+        assert (await queue.schedules())[0].paused is True
+        assert await queue.run_schedule_now("nightly") is True
+        assert await queue.resume_schedule("nightly") is True
+        assert (await queue.schedules())[0].paused is False
+        for verb in (queue.pause_schedule, queue.resume_schedule, queue.run_schedule_now):
+            assert await verb("missing") is False
+        (job,) = await queue.find(types=["report"])
+        assert job.status is JobStatus.PENDING  # the run-now job, due now
+        assert await queue.delete(job.id) is True  # live: cancelled
+        assert await queue.get(job.id) is None
+        assert await queue.delete(job.id) is False
+
+    loop_thread.run(scenario())
+    done_id = Queue(pg_store).add("t", {})
+    worker = fast_worker(pg_store)
+    worker.handler("t")(lambda job: None)
+    worker.run_until_empty(30)
+    assert loop_thread.run(queue.delete(done_id)) is True  # finished: deleted
+    assert Queue(pg_store).count_by_status()[JobStatus.SUCCEEDED] == 0
+
+
 def test_the_async_queue_works_over_the_in_memory_store() -> None:
     store = InMemoryStore()
     queue = AsyncQueue(store)

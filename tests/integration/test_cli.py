@@ -250,7 +250,9 @@ BAD_INPUTS: list[tuple[list[str], str | None, int, str]] = [
 def test_bad_input_is_one_clear_line_and_writes_nothing(
     pg_dsn: str, migrated: str, args: list[str], stdin: str | None, code: int, message: str,
 ) -> None:
-    result = run_cli("--schema", migrated, *args, stdin=stdin, dsn=pg_dsn)
+    # `worker` refuses --schema (its module's store decides): its bad targets go without it.
+    chosen = [] if args[0] == "worker" else ["--schema", migrated]
+    result = run_cli(*chosen, *args, stdin=stdin, dsn=pg_dsn)
     assert_clean_failure(result, code)
     assert message.lower() in result.stderr.lower()
     assert count_jobs(pg_dsn, migrated) == 0
@@ -318,6 +320,25 @@ WORKER_MODULE = textwrap.dedent(
             ledger.write(f"{job.id} {os.getpid()}\\n")
     """
 )
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_worker_command_on_an_unmigrated_schema_says_so_once_and_exits(
+    pg_dsn: str, schema: str, tmp_path: Path, processes: int,
+) -> None:
+    (tmp_path / "cli_worker_app.py").write_text(WORKER_MODULE)
+    env = {k: v for k, v in os.environ.items() if k != "GOLEMQ_DEBUG"}
+    env.update(GOLEMQ_DSN=pg_dsn, TEST_SCHEMA=schema, TEST_LEDGER=str(tmp_path / "ledger"))
+    result = subprocess.run(
+        [sys.executable, "-m", "golemq_pg.cli", "worker", "cli_worker_app:worker",
+         "--processes", str(processes)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    message = f"schema {schema!r} is not migrated: run `golemq-pg migrate`"
+    assert result.stderr.count(message) == processes, result.stderr
+    assert "does not exist" not in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("processes", [1, 2])

@@ -1,5 +1,6 @@
-"""The documentation stays true: README examples run, its commands work, ARCHITECTURE's
-state table is the code's, and CI runs the test command the README gives."""
+"""The documentation stays true: its commands and SQL work, its examples do what they say
+(every python block also runs in test_docs_examples.py), ARCHITECTURE's state table is the
+code's, and CI runs the test command the README gives."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tests.support.schemas import fresh_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+DEPLOYMENT = (ROOT / "docs" / "DEPLOYMENT.md").read_text()
+GUIDES = ROOT / "docs" / "guides"
 BIN = str(Path(sys.executable).parent)
 
 
@@ -61,7 +64,7 @@ def test_architecture_state_table_is_the_transition_table() -> None:
 
 
 def test_every_command_is_documented() -> None:
-    table = _section(README, "Command line")
+    table = (GUIDES / "cli.md").read_text()
     for name in cli.commands:
         assert f"`golemq-pg {name}" in table, name
 
@@ -73,42 +76,8 @@ def doc_schema(pg_dsn: str) -> Iterator[str]:
         yield name
 
 
-PRELUDE = '''
-class _Stub:
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
-
-def load(article_id): return None
-def process(chunk): return None
-def rate_limited(): return False
-def deliver(payload): return None
-def mail_digest(items): return None
-statsd = _Stub()
-'''
-
-
-def test_using_it_examples_run(pg_dsn: str, doc_schema: str) -> None:
-    code = "\n".join(_blocks(_section(README, "Using it"), "python"))
-    code = code.replace('"postgresql://app@db/app", schema="golemq"',
-                        f'{pg_dsn!r}, schema={doc_schema!r}')
-    assert doc_schema in code
-    # Run the first worker until its due work is done instead of forever.
-    assert code.count("worker.run()") == 1
-    code = code.replace("worker.run()", "worker.run_until_empty(timeout=120)")
-    namespace: dict[str, object] = {"__name__": "readme_example"}
-    exec(compile(PRELUDE + code, "README.md", "exec"), namespace)  # noqa: S102 - our README
-    store = namespace["store"]
-    try:
-        stats = namespace["queue"].stats()  # type: ignore[attr-defined]
-        # 10,001 emails were sent by the first worker; the rest is parked or unhandled.
-        assert stats["succeeded"] == 10_001, stats
-        assert stats["failed"] == 0
-    finally:
-        store.close()  # type: ignore[attr-defined]
-
-
 def _sh_blocks_about(section: str, needle: str) -> str:
-    (block,) = [b for b in _blocks(_section(README, section), "sh") if needle in b]
+    (block,) = [b for b in _blocks(_section(DEPLOYMENT, section), "sh") if needle in b]
     return block
 
 
@@ -130,7 +99,7 @@ def test_psql_install_commands_work(pg_dsn: str, doc_schema: str, variant: str) 
 
 
 def test_documented_grants_are_enough_for_the_runtime_role(pg_dsn: str, doc_schema: str) -> None:
-    (grants,) = _blocks(_section(README, "Least-privilege grants"), "sql")
+    (grants,) = _blocks(_section(DEPLOYMENT, "Least-privilege grants"), "sql")
     role = "golemq_doc_rt_" + uuid.uuid4().hex[:8]
     grants = re.sub(r"\bgolemq\b", doc_schema, grants).replace("app_runtime", role)
     cli_cmd = [sys.executable, "-m", "golemq_pg.cli", "--schema", doc_schema]
@@ -190,13 +159,13 @@ def test_web_dashboard_mount_example_serves_under_its_prefix(
 
     from tests.support.web_client import Dashboard  # noqa: PLC0415
 
-    (code,) = _blocks(_section(README, "Web dashboard"), "python")
+    (code,) = _blocks((GUIDES / "dashboard.md").read_text(), "python")
     code = code.replace('connect(os.environ["GOLEMQ_DSN"])',
                         f'connect(os.environ["GOLEMQ_DSN"], schema={doc_schema!r})')
     assert doc_schema in code
     monkeypatch.setenv("GOLEMQ_DSN", pg_dsn)
     namespace: dict[str, object] = {"__name__": "readme_web_example"}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our README
+    exec(compile(code, "docs/guides/dashboard.md", "exec"), namespace)  # noqa: S102 - our docs
     try:
         client = Dashboard(namespace["api"])
         assert client.get("/queue/healthz").status_code == 200
@@ -218,7 +187,7 @@ def test_tracing_example_runs_and_links_its_spans(pg_dsn: str, doc_schema: str) 
 
     from golemq_pg import tracing  # noqa: PLC0415
 
-    (code,) = _blocks(_section(README, "Tracing"), "python")
+    (code,) = _blocks(_section((GUIDES / "observability.md").read_text(), "Tracing"), "python")
     code = code.replace('"postgresql://app@db/app", schema="golemq"',
                         f'{pg_dsn!r}, schema={doc_schema!r}')
     assert doc_schema in code
@@ -227,7 +196,8 @@ def test_tracing_example_runs_and_links_its_spans(pg_dsn: str, doc_schema: str) 
     namespace: dict[str, object] = {"__name__": "readme_tracing",
                                     "_exporter": exporter}
     try:
-        exec(compile(code.replace("ConsoleSpanExporter()", "_exporter"), "README.md", "exec"),  # noqa: S102 - our README
+        exec(compile(code.replace("ConsoleSpanExporter()", "_exporter"),  # noqa: S102 - our docs
+                     "docs/guides/observability.md", "exec"),
              namespace)
     finally:
         tracing.uninstrument()
@@ -250,12 +220,12 @@ def test_the_reliability_index_is_current_and_every_cited_test_exists() -> None:
 
 
 def test_the_keepalive_example_runs(pg_dsn: str) -> None:
-    (code,) = _blocks(_section(README, "Deployment and network faults"), "python")
-    assert '"postgresql://localhost/app"' in code
-    code = code.replace('"postgresql://localhost/app"', repr(pg_dsn))
+    (code,) = _blocks(_section(DEPLOYMENT, "Network faults (keepalives)"), "python")
+    assert '"postgresql://app@db/app"' in code
+    code = code.replace('"postgresql://app@db/app"', repr(pg_dsn))
     code = code.replace("store.close()", "")
     namespace: dict[str, object] = {"__name__": "readme_example"}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our README
+    exec(compile(code, "docs/DEPLOYMENT.md", "exec"), namespace)  # noqa: S102 - our docs
     store = namespace["store"]
     try:
         with store.pool.connection() as conn:  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from golemq_pg._embedded import stop_server
@@ -44,6 +45,13 @@ def test_migrate_enqueue_stats_on_the_embedded_default(embedded_dir: Path) -> No
     assert str(embedded_dir) in migrate.stderr
     assert "golemq-pg embedded stop" in migrate.stderr
     assert "Warning" not in migrate.stderr
+    # As root, the server runs as a system user of its own, created if missing: said once.
+    root_lines = [line for line in migrate.stderr.splitlines() if "running as root" in line]
+    if os.geteuid() == 0:
+        assert len(root_lines) == 1, migrate.stderr
+        assert "system user 'embedded_postgres'" in root_lines[0]
+    else:
+        assert root_lines == []
 
     enqueue = _cli("enqueue", "demo.echo", '{"x": 1}', directory=embedded_dir)
     assert enqueue.returncode == 0, enqueue.stderr
@@ -56,6 +64,11 @@ def test_migrate_enqueue_stats_on_the_embedded_default(embedded_dir: Path) -> No
     status = _cli("embedded", "status", directory=embedded_dir)
     assert status.returncode == 0
     assert "running, pid" in status.stdout
+    # It prints the DSN to connect to, and that DSN reaches the queue the commands used.
+    (dsn,) = [line.split(": ", 1)[1] for line in status.stdout.splitlines()
+              if line.startswith("connect with: ")]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM golemq.jobs").fetchone() == (1,)
     stop = _cli("embedded", "stop", directory=embedded_dir)
     assert stop.returncode == 0, stop.stderr
     assert "stopped" in stop.stdout

@@ -137,3 +137,67 @@ def test_retry_and_run_now_inside_a_callers_transaction_commit_with_it(
     with psycopg.connect(pg_dsn) as conn:
         assert pg_store.with_connection(conn).job_retry(dead) is True
     assert queue.get(dead).status is JobStatus.PENDING  # type: ignore[union-attr]
+
+
+# -- Queue.delete --------------------------------------------------------------------------
+
+
+class _Transitions:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def on_transition(self, transition: Any) -> None:
+        self.seen.append((transition.job_id, transition.outcome))
+
+
+@pytest.mark.parametrize("kind", ["postgres", "memory"])
+def test_delete_removes_finished_jobs_cancels_live_ones_and_keeps_counts_exact(
+    pg_store: PostgresStore, kind: str
+) -> None:
+    store: Any = pg_store if kind == "postgres" else InMemoryStore()
+    observer = _Transitions()
+    queue = Queue(store, observers=[observer])
+    done_id, failed_id = queue.add("t", {"n": 1}), queue.add("t", {"n": 2})
+    pending_id = queue.add("t", {"n": 3}, delay=60)
+    jobs = {job.id: job for job in claim(store, "t")}
+    store.job_complete_many("w1", [jobs[done_id]])
+    store.job_fail_many("w1", [FailItem(failed_id, jobs[failed_id].lease_token, "E")])
+    store.history_upkeep()  # counts folded: a delete must still leave them exact
+    assert queue.delete(done_id) is True
+    assert queue.delete(failed_id) is True
+    assert queue.delete(pending_id) is True  # live: cancelled
+    assert (pending_id, "cancelled") in observer.seen
+    assert [queue.get(i) for i in (done_id, failed_id, pending_id)] == [None, None, None]
+    assert queue.delete(done_id) is False
+    assert queue.delete("987654321") is False
+    counts = queue.count_by_status()
+    assert set(counts.values()) == {0}
+    store.history_upkeep()
+    assert set(queue.count_by_status().values()) == {0}
+    stats = queue.stats()
+    assert (stats["succeeded"], stats["failed"]) == (0, 0)
+    for bad in ("", "abc", None, 1.5):
+        with pytest.raises(ValueError, match="job_id"):
+            queue.delete(bad)  # type: ignore[arg-type]
+
+
+def test_delete_of_a_running_job_aborts_its_handler(pg_store: PostgresStore) -> None:
+    queue = Queue(pg_store)
+    worker = Worker(pg_store, poll_interval=0.05)
+    started, aborted = threading.Event(), threading.Event()
+
+    @worker.handler("slow")
+    def slow(job: JobEvent[Any]) -> None:
+        started.set()
+        if job.signal.wait(20):
+            aborted.set()
+
+    job_id = queue.add("slow", {})
+    worker.start()
+    try:
+        assert started.wait(10)
+        assert queue.delete(job_id) is True
+        assert aborted.wait(10)
+        assert queue.get(job_id) is None
+    finally:
+        worker.stop()

@@ -308,3 +308,45 @@ def test_schedule_declaration_validation(store: Any) -> None:
     assert by_key["sync"].every == timedelta(hours=10)
     assert queue.unschedule("sync") is True
     assert queue.unschedule("sync") is False
+
+
+# -- pause, resume, run now ------------------------------------------------------------------
+
+
+def test_a_paused_schedule_runs_only_when_run_now_until_resumed(store: Any) -> None:
+    queue = Queue(store)
+    queue.schedule("beat", "beat", {"k": 1}, every=1, repeat_from="run_at")
+    assert queue.pause_schedule("beat") is True
+    runs: list[float] = []
+    worker = Worker(store, poll_interval=0.05)
+    worker.handler("beat")(lambda job: runs.append(time.monotonic()))
+    worker.start()
+    try:
+        time.sleep(1.5)  # past the schedule's first tick: paused, it does not fire
+        assert runs == []
+        assert queue.run_schedule_now("beat") is True
+        wait_until(lambda: len(runs) == 1, timeout=10, what="the run-now job ran")
+        time.sleep(1.5)
+        assert len(runs) == 1  # still paused: run-now ran it once, no tick followed
+        (summary,) = queue.schedules()
+        assert summary.paused is True
+        assert queue.resume_schedule("beat") is True
+        (summary,) = queue.schedules()
+        assert summary.paused is False
+        # The first tick passed during the pause: the next one is after now, no catch-up.
+        assert summary.next_run_at is not None
+        assert summary.next_run_at > store.now()
+        wait_until(lambda: len(runs) >= 3, timeout=15, what="ticks after the resume")
+    finally:
+        worker.stop()
+
+
+def test_schedule_control_of_unknown_keys_is_false_and_bad_keys_raise(store: Any) -> None:
+    queue = Queue(store)
+    for verb in (queue.run_schedule_now, queue.pause_schedule, queue.resume_schedule):
+        assert verb("missing") is False
+        for bad in ("", "k" * 256, None, 5, "a\x00b"):
+            with pytest.raises(ValueError, match="schedule key"):
+                verb(bad)
+    assert queue.schedules() == []
+    assert queue.stats()["pending"] == 0

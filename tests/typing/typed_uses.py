@@ -7,9 +7,10 @@ must type-check.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import Any, TypedDict, assert_type
 
 from golemq_pg import (
+    AsyncQueue,
     BatchEvent,
     InMemoryStore,
     JobEvent,
@@ -141,3 +142,18 @@ Worker(store, poll_interval=0.1, lease_grace=timedelta(seconds=5), delete_on="su
 Worker(store, poll_intervall=0.1)  # expect: call-arg
 Worker(store, delete_on="sometimes")  # expect: arg-type
 Worker(store, notify="yes")  # expect: arg-type
+
+
+# -- job and schedule control: bool on a Queue, a coroutine of it on an AsyncQueue ---------------
+assert_type(queue.delete("1"), bool)
+assert_type(queue.run_schedule_now("nightly"), bool)
+assert_type(queue.pause_schedule("nightly"), bool)
+assert_type(queue.resume_schedule("nightly"), bool)
+queue.delete(1)  # expect: arg-type
+
+
+async def check_async_queue(aqueue: AsyncQueue) -> None:
+    assert_type(await aqueue.delete("1"), bool)
+    assert_type(await aqueue.run_schedule_now("nightly"), bool)
+    assert_type(await aqueue.pause_schedule("nightly"), bool)
+    assert_type(await aqueue.resume_schedule("nightly"), bool)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from golemq_pg._schedule import check_cron, next_cron_tick, next_tick
+from golemq_pg._schedule import check_cron, next_cron_tick, next_tick, resumed_tick
 from golemq_pg.store.port import DueSchedule
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -74,3 +74,16 @@ def test_interval_from_finish_waits_for_the_job() -> None:
 def test_cron_schedule_next_tick_is_after_now_not_a_burst() -> None:
     due = _due(cron="*/5 * * * *", next_run_at=NOW - timedelta(hours=3))
     assert next_tick(due, NOW) == NOW + timedelta(minutes=5)
+
+
+def test_a_resumed_schedule_takes_one_tick_after_now_whatever_it_missed() -> None:
+    paused_since = NOW - timedelta(days=3, minutes=20)
+    # cron: its next tick after now (not the three nightly ticks missed).
+    cron = _due(cron="0 3 * * *", next_run_at=paused_since)
+    assert resumed_tick(cron, NOW) == datetime(2026, 3, 2, 3, 0, tzinfo=UTC)
+    # run_at cadence: the next tick in phase with the original cadence, after now.
+    hourly = _due(every_seconds=3600.0, next_run_at=NOW - timedelta(hours=5, minutes=20))
+    assert resumed_tick(hourly, NOW) == NOW + timedelta(minutes=40)
+    # finished cadence: one interval after now.
+    after_finish = _due(every_seconds=600.0, repeat_from="finished", next_run_at=paused_since)
+    assert resumed_tick(after_finish, NOW) == NOW + timedelta(minutes=10)

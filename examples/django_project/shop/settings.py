@@ -33,6 +33,9 @@ DATABASES = {
         # Worker threads keep their connection between jobs (checked before reuse).
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
+        # The test database (created and dropped by the tests): $SHOP_TEST_DATABASE, else
+        # Django's own test_<NAME>; two runs on one server need two names.
+        "TEST": {"NAME": os.environ.get("SHOP_TEST_DATABASE") or None},
     }
 }
 

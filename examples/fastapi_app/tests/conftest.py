@@ -20,15 +20,16 @@ from documents.settings import Settings
 from golemq_pg import PostgresStore, Queue
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-#: The database the tests run the service on (emptied at the start of each run).
-TEST_DATABASE = "test_documents"
+#: The database the tests run the service on (emptied at the start of each run):
+#: $DOCUMENTS_TEST_DATABASE, else ``test_documents``; two runs on one server need two names.
+TEST_DATABASE = os.environ.get("DOCUMENTS_TEST_DATABASE") or "test_documents"
 #: How long a process of the tests may take to start or to stop, in seconds.
 PROCESS_DEADLINE = 30.0
 
 
 @pytest.fixture(scope="session")
 def settings() -> Settings:
-    """Settings on the test database ``test_documents`` of the server of $GOLEMQ_DSN.
+    """Settings on the test database (``TEST_DATABASE``) of the server of $GOLEMQ_DSN.
 
     Like Django's test database, but kept between runs (dropping a database costs a
     checkpoint, seconds on a busy server) and emptied at the start of each: the service's

@@ -20,7 +20,7 @@ from golemq_pg.store.port import Notification
 
 class ControlVerbs:
     """``type_pause``, ``type_resume``, ``type_paused``, ``job_retry``, ``job_run_now``,
-    ``job_run_now_types`` (see the module docstring)."""
+    ``job_run_now_types``, ``job_delete`` (see the module docstring)."""
 
     _lock: threading.Lock
     _jobs: JobTable
@@ -83,6 +83,16 @@ class ControlVerbs:
             row.run_at = now
             row.updated_at = now
             self._publish(Notification(kind="jobs", items=(row.type,)))
+            return True
+
+    def job_delete(self, job_id: str) -> bool:
+        """Delete one finished job (SUCCEEDED or FAILED); False when it is live or
+        unknown (the counts are counted, so they stay exact)."""
+        with self._lock:
+            row = self._jobs.get(job_id)
+            if row is None or row.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+                return False
+            self._jobs.delete(row)
             return True
 
     def job_run_now_types(self, types: Sequence[str]) -> int:

@@ -139,6 +139,7 @@ class ScheduleRow:
     updated_at: datetime
     last_run_at: datetime | None = None
     last_job_id: int | None = None
+    paused_at: datetime | None = None
 
     def summary(self) -> ScheduleSummary:
         """A read-only snapshot."""
@@ -151,6 +152,7 @@ class ScheduleRow:
             repeat_from=self.repeat_from,
             next_run_at=self.next_run_at,
             last_run_at=self.last_run_at,
+            paused=self.paused_at is not None,
         )
 
 

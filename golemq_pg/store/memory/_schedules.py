@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from golemq_pg._types import JobStatus, ScheduleSummary
 from golemq_pg.store.memory._rows import JobTable, ScheduleRow
-from golemq_pg.store.port import DueSchedule, ScheduleParams
+from golemq_pg.store.port import DueSchedule, NextTick, ScheduleParams
 
 
 class ScheduleBook:
@@ -66,6 +66,42 @@ class ScheduleBook:
         """Remove a schedule; True when it existed."""
         return self._rows.pop(key, None) is not None
 
+    def pause(self, key: str, now: datetime) -> bool:
+        """Pause a schedule (a paused one keeps its ``paused_at``); False: unknown key."""
+        schedule = self._rows.get(key)
+        if schedule is None:
+            return False
+        if schedule.paused_at is None:
+            schedule.paused_at = now
+        schedule.updated_at = now
+        return True
+
+    def resume(self, key: str, next_tick: NextTick, now: datetime) -> bool:
+        """Resume a paused schedule; a tick that passed during the pause is replaced by
+        ``next_tick``'s. False: unknown key."""
+        schedule = self._rows.get(key)
+        if schedule is None:
+            return False
+        if schedule.paused_at is None:
+            return True
+        following = schedule.next_run_at
+        if following is not None and following <= now:
+            following = next_tick(self.tick(schedule), now)
+        schedule.next_run_at = None if following is None else following.astimezone(UTC)
+        schedule.paused_at = None
+        schedule.updated_at = now
+        return True
+
+    @staticmethod
+    def ran_now(schedule: ScheduleRow, job_id: int, now: datetime) -> None:
+        """Record a job enqueued by run-now: the cadence is kept, but a ``finished``
+        schedule waits for this job to finish before its next tick."""
+        if schedule.repeat_from == "finished" and schedule.every_seconds is not None:
+            schedule.next_run_at = None
+        schedule.last_run_at = now
+        schedule.last_job_id = job_id
+        schedule.updated_at = now
+
     def summaries(self) -> list[ScheduleSummary]:
         """Every schedule, by key."""
         return [self._rows[key].summary() for key in sorted(self._rows)]
@@ -90,7 +126,9 @@ class ScheduleBook:
 
     def due(self, now: datetime, limit: int) -> list[ScheduleRow]:
         """Schedules whose tick is due, earliest first, at most ``limit``."""
-        ready = [s for s in self._rows.values() if s.next_run_at is not None]
+        ready = [
+            s for s in self._rows.values() if s.next_run_at is not None and s.paused_at is None
+        ]
         ready = [s for s in ready if s.next_run_at is not None and s.next_run_at <= now]
         ready.sort(key=lambda s: (s.next_run_at or now, s.key))
         return ready[: max(limit, 0)]

@@ -530,6 +530,41 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         with self._lock:
             return self._schedules.summaries()
 
+    def schedule_pause(self, key: str) -> bool:
+        """Pause a schedule: no tick fires until it is resumed; False: unknown key."""
+        with self._lock:
+            return self._schedules.pause(key, self._read_clock())
+
+    def schedule_resume(self, key: str, next_tick: NextTick) -> bool:
+        """Resume a paused schedule, a tick missed during the pause replaced by
+        ``next_tick``'s (the first after now); False: unknown key."""
+        with self._lock:
+            return self._schedules.resume(key, next_tick, self._read_clock())
+
+    def schedule_run_now(self, key: str) -> str | None:
+        """Enqueue one job of the schedule now, as a tick would (paused or not); its id,
+        or None for an unknown key."""
+        with self._lock:
+            schedule = self._schedules.get(key)
+            if schedule is None:
+                return None
+            now = self._read_clock()
+            row = self._new_row(
+                schedule.type,
+                schedule.payload,
+                schedule.scope,
+                schedule.priority,
+                now,
+                schedule.max_attempts,
+                None,
+                now,
+            )
+            row.schedule_key = schedule.key
+            self._jobs.insert(row)
+            self._schedules.ran_now(schedule, row.id, now)
+            self._announce_due([row], now)
+            return str(row.id)
+
     def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids.
 

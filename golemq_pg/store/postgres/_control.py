@@ -73,9 +73,20 @@ def job_run_now_types(ctx: PlanContext, types: Sequence[str]) -> Plan[int]:
     return int((yield Rows(ctx.queries["job_run_now_types"], {"types": list(types)}))[0][0])
 
 
+def job_delete(ctx: PlanContext, job_id: str) -> Plan[bool]:
+    """Delete one finished job (its history row, or an older release's finished row in
+    ``jobs``); False when it is live or unknown. The history's count triggers keep the
+    maintained counts exact."""
+    number = rows.int_id(job_id)
+    if number is None:
+        return False
+    return bool((yield Rows(ctx.queries["job_delete_finished"], {"id": number})))
+
+
 class ControlVerbs(StoreConnections):
     """``type_pause``, ``type_resume``, ``type_paused``, ``job_retry``, ``job_run_now``,
-    ``job_run_now_types`` (see the module docstring; plans shared with AsyncPostgresStore)."""
+    ``job_run_now_types``, ``job_delete`` (see the module docstring; plans shared with
+    AsyncPostgresStore)."""
 
     type_pause = sync_verb(type_pause)
     type_resume = sync_verb(type_resume)
@@ -83,3 +94,4 @@ class ControlVerbs(StoreConnections):
     job_retry = sync_verb(job_retry)
     job_run_now = sync_verb(job_run_now)
     job_run_now_types = sync_verb(job_run_now_types)
+    job_delete = sync_verb(job_delete)

@@ -223,7 +223,9 @@ def reclaimed(row: Sequence[Any]) -> Reclaimed:
 
 def schedule(row: Sequence[Any]) -> ScheduleSummary:
     """A ScheduleSummary from a row of ``schedule_list``."""
-    key, job_type, cron, every_seconds, timezone, repeat_from, next_run_at, last_run_at = row
+    key, job_type, cron, every_seconds, timezone, repeat_from, next_run_at, last_run_at, paused = (
+        row
+    )
     return ScheduleSummary(
         key=key,
         type=job_type,
@@ -233,6 +235,7 @@ def schedule(row: Sequence[Any]) -> ScheduleSummary:
         repeat_from=repeat_from,
         next_run_at=next_run_at,
         last_run_at=last_run_at,
+        paused=bool(paused),
     )
 
 

@@ -16,7 +16,7 @@ from golemq_pg._types import ScheduleSummary
 from golemq_pg.store.port import DueSchedule, NextTick, ScheduleParams
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._connections import StoreConnections, sync_verb
-from golemq_pg.store.postgres._plans import Count, Plan, PlanContext, Rows
+from golemq_pg.store.postgres._plans import Atomic, Count, Plan, PlanContext, Rows
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
@@ -51,13 +51,60 @@ def schedule_list(ctx: PlanContext) -> Plan[list[ScheduleSummary]]:
     return [rows.schedule(r) for r in (yield Rows(ctx.queries["schedule_list"]))]
 
 
+def schedule_pause(ctx: PlanContext, key: str) -> Plan[bool]:
+    """Pause a schedule (the scheduler skips it); False for an unknown key."""
+    return bool((yield Rows(ctx.queries["schedule_pause"], {"key": key})))
+
+
+def schedule_resume(ctx: PlanContext, key: str, next_tick: NextTick) -> Plan[bool]:
+    """Resume a paused schedule, its tick missed during the pause replaced by
+    ``next_tick``'s (see ``JobStore.schedule_resume``); False for an unknown key."""
+    found: bool = yield Atomic(_resume(ctx, key, next_tick))
+    return found
+
+
+def _resume(ctx: PlanContext, key: str, next_tick: NextTick) -> Plan[bool]:
+    """The resume, in one transaction: the row locked, its next tick computed, written."""
+    found = yield Rows(ctx.queries["schedule_lock"], {"key": key})
+    if not found:
+        return False
+    key, job_type, cron, every, timezone, repeat_from, next_run_at, db_now, paused = found[0]
+    if not paused:
+        return True
+    following: datetime | None = next_run_at
+    if next_run_at is not None and next_run_at <= db_now:
+        tick = DueSchedule(
+            key=key,
+            type=job_type,
+            cron=cron,
+            every_seconds=every,
+            timezone=timezone,
+            repeat_from=repeat_from,
+            next_run_at=next_run_at,
+        )
+        following = next_tick(tick, db_now)
+    yield Count(ctx.queries["schedule_resume"], {"key": key, "next_run_at": following})
+    return True
+
+
+def schedule_run_now(ctx: PlanContext, key: str) -> Plan[str | None]:
+    """Enqueue one job of the schedule now (paused or not); its id, or None for an
+    unknown key."""
+    found = yield Rows(ctx.queries["schedule_run_now"], {"key": key})
+    return str(found[0][0]) if found else None
+
+
 class ScheduleVerbs(StoreConnections):
-    """``schedule_upsert``, ``schedule_delete``, ``schedule_list`` (plans shared with
-    AsyncPostgresStore), ``schedule_fire_due``."""
+    """``schedule_upsert``, ``schedule_delete``, ``schedule_list``, ``schedule_pause``,
+    ``schedule_resume``, ``schedule_run_now`` (plans shared with AsyncPostgresStore),
+    ``schedule_fire_due``."""
 
     schedule_upsert = sync_verb(schedule_upsert)
     schedule_delete = sync_verb(schedule_delete)
     schedule_list = sync_verb(schedule_list)
+    schedule_pause = sync_verb(schedule_pause)
+    schedule_resume = sync_verb(schedule_resume)
+    schedule_run_now = sync_verb(schedule_run_now)
 
     def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids."""
