@@ -226,7 +226,7 @@ async def _act(request: Request, action: str, job_id: str) -> bool:
         return await queue.run_now(job_id)
     if action == "cancel":
         return await queue.cancel(job_id, reason="cancelled from web")
-    raise ValueError("delete is not available in this version")
+    return await queue.delete(job_id)
 
 
 def _jobs_url(request: Request, fields: list[tuple[str, str]], notice: str) -> RedirectResponse:
@@ -262,11 +262,8 @@ async def bulk(request: Request) -> Response:
     if (destructive or every) and not confirmed:
         return _confirm_bulk(request, action, every, ids, fields)
     changed = 0
-    try:
-        for job_id in ids:
-            changed += bool(await _act(request, action, job_id))
-    except ValueError as exc:
-        return bad_request(request, str(exc))
+    for job_id in ids:
+        changed += bool(await _act(request, action, job_id))
     notice = f"{changed:,} of {len(ids):,} job{'' if len(ids) == 1 else 's'} {done_text}."
     if changed < len(ids):
         notice += " The others were not in a state this action applies to."
@@ -312,3 +309,36 @@ def _confirm_bulk(
         "notice": notice_of(request),
         "done_text": done_text,
     })
+
+
+# -- schedules -----------------------------------------------------------------------------
+
+#: ``POST /schedules/{key}/...``: what the notice says when it changed, and when not.
+SCHEDULE_NOTICES = {
+    "run-now": ("enqueued to run now", "not found"),
+    "pause": ("paused", "not found or already paused"),
+    "resume": ("resumed", "not found or not paused"),
+}
+
+
+async def schedule_action(request: Request) -> Response:
+    """Run a schedule now, pause it or resume it (``/schedules/{key}/run-now|pause|resume``);
+    303 back to the schedules page with a notice."""
+    verb = request.path_params["action"]
+    if verb not in SCHEDULE_NOTICES:
+        return bad_request(request, "the action must be run-now, pause or resume")
+    try:
+        key = check_name(request.path_params["key"], "schedule key")
+    except ValueError as exc:
+        return bad_request(request, str(exc))
+    queue = _queue(request)
+    if verb == "run-now":
+        done = await queue.run_schedule_now(key)
+    elif verb == "pause":
+        done = await queue.pause_schedule(key)
+    else:
+        done = await queue.resume_schedule(key)
+    changed, unchanged = SCHEDULE_NOTICES[verb]
+    text = f"Schedule {key[:80]} {changed if done else unchanged}."
+    return RedirectResponse(f"{_base(request)}/schedules?{urlencode({'notice': text})}",
+                            status_code=303)

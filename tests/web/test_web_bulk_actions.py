@@ -139,3 +139,18 @@ def test_jobs_page_has_row_checkboxes_select_all_and_bulk_buttons(
     read_only = make_dashboard(read_only=True).get("/jobs").text
     assert 'name="ids"' not in read_only
     assert 'action="/jobs/bulk"' not in read_only
+
+
+def test_bulk_delete_removes_finished_jobs_after_confirmation(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    failed = _dead_letters(pg_store, "d", 2)
+    form: dict[str, object] = {"action": "delete", "ids": failed}
+    headers = {"origin": "http://localhost"}
+    ask = dashboard.request("POST", "/jobs/bulk", data=form, headers=headers)
+    assert ask.status_code == 200
+    assert all(_status(pg_store, i) is JobStatus.FAILED for i in failed)
+    done = dashboard.request("POST", "/jobs/bulk", data={**form, "confirm": "1"},
+                             headers=headers)
+    assert _notice(done.headers["location"]) == "2 of 2 jobs deleted."
+    assert all(pg_store.job_get(i) is None for i in failed)

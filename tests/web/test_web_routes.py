@@ -533,7 +533,7 @@ BULK_FIELDS = ["action", "ids", "all", "confirm", "q", "type", "status", "scope_
                "scope_id", "tag"]
 
 
-def test_no_bulk_or_cancel_form_value_makes_an_action_answer_500(
+def test_no_bulk_cancel_or_schedule_value_makes_an_action_answer_500(
     pg_store: PostgresStore, web_queue: Queue
 ) -> None:
     dashboard = Dashboard(create_app(pg_store))
@@ -554,8 +554,12 @@ def test_no_bulk_or_cancel_form_value_makes_an_action_answer_500(
             "POST", f"/jobs/{job_id}/cancel", content=_form_body({"confirm": value}),
             headers={"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"})
         answers.append((f"cancel confirm={raw[:40]!r}", answer.status_code, answer.text))
+        for action in ("run-now", "pause", "resume", "explode"):
+            answer = dashboard.request("POST", f"/schedules/{raw.decode('latin-1')}/{action}",
+                                       headers={"origin": ORIGIN})
+            answers.append((f"schedule {raw[:40]!r} {action}", answer.status_code, answer.text))
     for what, status, body in answers:
-        assert status in (200, 303, 400), (what, status)
+        assert status in (200, 303, 400, 404), (what, status)
         assert "hunter2" not in body, what
         assert "<script>alert" not in body, what
     assert pg_store.job_get(job_id) is not None  # nothing hostile confirmed the cancel
