@@ -81,6 +81,12 @@ def routes(newest_id: int) -> dict[str, str]:
         "jobs_failed_ms": "/jobs?status=failed",
         "jobs_tag_ms": "/jobs?tag=blue",
         "jobs_older_page_ms": f"/jobs?after={newest_id // 2}",
+        "jobs_newer_page_ms": f"/jobs?before={newest_id // 2}",
+        "jobs_scheduled_ms": "/jobs?status=scheduled",
+        "jobs_search_error_ms": "/jobs?q=upstream+3",
+        "jobs_search_rare_ms": "/jobs?q=rare",
+        "jobs_search_id_ms": f"/jobs?q={newest_id // 3}",
+        "jobs_rows_fragment_ms": "/jobs?type=type.7&fragment=rows",
         "job_ms": f"/jobs/{newest_id // 3}",
         "failed_ms": "/failed",
         "schedules_ms": "/schedules",
@@ -103,7 +109,9 @@ def measure(box: Sandbox, rounds: int) -> dict[str, float]:
 
         async def run() -> None:
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            # localhost: a Host the dashboard answers by default (see allowed_hosts).
+            base = "http://localhost"
+            async with httpx.AsyncClient(transport=transport, base_url=base) as client:
                 for round_ in range(rounds + 1):
                     for key, path in paths.items():
                         start = time.perf_counter()

@@ -29,6 +29,7 @@ from golemq_pg._types import (
     WorkerSummary,
 )
 from golemq_pg.store.dashboard import (
+    BULK_CAP,
     COUNT_CAP,
     DeadLetters,
     JobPage,
@@ -259,6 +260,13 @@ def dashboard_type_finishes(limit: int = 10) -> StoreCall[list[TypeFinishes]]:
 def dashboard_jobs(query: JobQuery) -> StoreCall[JobPage]:
     """``dashboard_jobs(query)``."""
     return StoreCall(lambda s: s.dashboard_jobs(query), lambda s: s.dashboard_jobs(query))
+
+
+def dashboard_job_ids(query: JobQuery, cap: int = BULK_CAP) -> StoreCall[list[str]]:
+    """``dashboard_job_ids(query, cap)``."""
+    return StoreCall(
+        lambda s: s.dashboard_job_ids(query, cap), lambda s: s.dashboard_job_ids(query, cap)
+    )
 
 
 def dashboard_dead_letters(cap: int = COUNT_CAP) -> StoreCall[DeadLetters]:

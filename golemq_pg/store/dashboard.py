@@ -23,6 +23,10 @@ DASHBOARD_STATEMENT_TIMEOUT = 5.0
 COUNT_CAP = 10_000
 #: How many ids below the cursor one jobs page looks at, at most (the rest: "older").
 PAGE_SCAN_WINDOW = 100_000
+#: How many ids one page of a search (``JobQuery.search``) looks at, at most.
+SEARCH_SCAN_WINDOW = 50_000
+#: The most jobs one bulk action of the dashboard selects by filter (``all=1``).
+BULK_CAP = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +79,14 @@ class TypeFinishes:
 
 @dataclass(frozen=True, slots=True)
 class JobQuery:
-    """A page of the jobs list, newest first. ``after``: the id the previous page ended at
-    (exclusive); None starts from the newest. Filters that are None filter nothing."""
+    """A page of the jobs list, newest first. ``after``: jobs with smaller ids than it (the
+    older page); ``before``: jobs with larger ids (the newer page, still shown newest
+    first); neither starts from the newest. Filters that are None filter nothing.
+
+    ``scheduled``: only PENDING jobs whose ``run_at`` is in the future. ``search``: a
+    case-insensitive substring of the type or of ``last_error``; a search that is a job id
+    also finds that job (on the first page), wherever its id lies.
+    """
 
     type: str | None = None
     status: JobStatus | None = None
@@ -87,16 +97,23 @@ class JobQuery:
     after: str | None = None
     limit: int = 50
     window: int = PAGE_SCAN_WINDOW
+    before: str | None = None
+    scheduled: bool = False
+    search: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobPage:
-    """One page: ``jobs`` newest first, and ``next_after`` (the cursor of the next page, or
-    None at the end). A page may hold fewer than ``limit`` jobs with a cursor still set when
-    its scan window ran out: older matches may exist below it."""
+    """One page: ``jobs`` newest first, ``next_after`` (the ``after`` cursor of the older
+    page, or None at the end) and ``prev_before`` (the ``before`` cursor of the newer page,
+    or None at the newest). A page may hold fewer than ``limit`` jobs with a cursor still set
+    when its scan window ran out: more matches may exist past it. ``scanned``: the lowest
+    and highest id the page examined (None for a lookup by id)."""
 
     jobs: tuple[JobSummary, ...]
     next_after: str | None
+    prev_before: str | None = None
+    scanned: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +173,11 @@ class DashboardReads(Protocol):
     def dashboard_jobs(self, query: JobQuery) -> JobPage:
         """One keyset page of jobs, newest first (see :class:`JobQuery`)."""
 
+    def dashboard_job_ids(self, query: JobQuery, cap: int = BULK_CAP) -> list[str]:
+        """The ids of ``query``'s matches (its cursor and page size ignored) among the
+        newest ``query.window`` ids, newest first, at most ``cap``: what a bulk action
+        selected by filter acts on."""
+
     def dashboard_dead_letters(self, cap: int = COUNT_CAP) -> DeadLetters:
         """FAILED jobs grouped by (type, last_error), each type's newest ``cap`` at most."""
 
@@ -184,6 +206,47 @@ def member_costs(resources: Mapping[str, Resource]) -> list[tuple[str, str, int]
         for name, pool in sorted(resources.items())
         for job_type in pool.types
     ]
+
+
+MAX_JOB_ID = 2**63 - 1
+
+
+def page_window(query: JobQuery, top: int) -> tuple[int, int, bool]:
+    """The id range [floor, last] one page of ``query`` examines, and whether it is read
+    upwards (a ``before`` page). ``top`` is the newest id + 1. Both stores use it."""
+    limit = min(max(int(query.limit), 1), 500)
+    window = max(int(query.window), limit)
+    before_id, after_id = cursor_id(query.before), cursor_id(query.after)
+    if before_id is not None:
+        start = min(before_id + 1, MAX_JOB_ID)
+        return start, min(start + window - 1, max(top - 1, start)), True
+    before = top if after_id is None else min(after_id, top)
+    return max(before - window, 0), before - 1, False
+
+
+def cursor_id(value: str | None) -> int | None:
+    """A page cursor as a number; None for none or one that is not an id (no cursor)."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
+        return None
+    number = int(value)
+    return number if number <= MAX_JOB_ID else None
+
+
+def page_cursors(
+    query: JobQuery, jobs: Sequence[JobSummary], floor: int, last: int, top: int,
+    older_exist: bool,
+) -> JobPage:
+    """The page of ``jobs`` (newest first) found in [floor, last], with its cursors:
+    ``older_exist`` says whether any id lies below ``floor``; ``top`` is the newest id + 1."""
+    limit = min(max(int(query.limit), 1), 500)
+    full = len(jobs) == limit
+    scanned = (str(floor), str(max(last, floor)))
+    if cursor_id(query.before) is not None:
+        newer = (jobs[0].id if full else str(last)) if last < top - 1 or full else None
+        return JobPage(tuple(jobs), str(floor) if older_exist else None, newer, scanned)
+    older = jobs[-1].id if full else (str(floor) if older_exist else None)
+    newer = str(last) if cursor_id(query.after) is not None and last < top - 1 else None
+    return JobPage(tuple(jobs), older, newer, scanned)
 
 
 def sorted_groups(groups: Sequence[DeadLetterGroup]) -> tuple[DeadLetterGroup, ...]:

@@ -91,6 +91,7 @@ def create_app(
         routes=[
             Route("/", _overview.overview, name="overview"),
             Route("/jobs", _pages.jobs, name="jobs"),
+            Route("/jobs/bulk", _actions.bulk, methods=["POST"]),
             Route("/jobs/{job_id}", _jobpage.job, name="job"),
             Route("/jobs/{job_id}/live", _jobpage.job_live, name="job-live"),
             Route("/failed", _pages.failed, name="failed"),
@@ -102,6 +103,7 @@ def create_app(
             Route("/jobs/{job_id}/run-now", _actions.run_now, methods=["POST"]),
             Route("/jobs/{job_id}/cancel", _actions.cancel, methods=["POST"]),
             Route("/failed/retry", _actions.retry_matching, methods=["POST"]),
+            Route("/schedules/{key:path}/{action}", _actions.schedule_action, methods=["POST"]),
             Route("/types/{job_type:path}/pause", _actions.pause, methods=["POST"]),
             Route("/types/{job_type:path}/resume", _actions.resume, methods=["POST"]),
             Mount("/static", StaticFiles(directory=static), name="static"),

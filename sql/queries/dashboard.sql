@@ -138,18 +138,49 @@ SELECT m.at, coalesce(f.ok, 0)::bigint, coalesce(f.bad, 0)::bigint
  ORDER BY m.at
 
 
--- name: dashboard_jobs_page
--- One page of jobs newest first, in the id range [floor, last]: the range bounds the scan
--- however rare the filter's matches are. NULL filters are no filters. (The upper bound is
--- inclusive so that the largest bigint id is a range of its own without an overflow.)
-SELECT {fragment_summary_columns}
-  FROM {schema}.jobs_all j
- WHERE j.id <= %(last)s::bigint AND j.id >= %(floor)s::bigint
+-- name: fragment_dashboard_jobs_filter
+-- The jobs page's filters on `j` (jobs_all) in the id range [floor, last]: the range bounds
+-- the scan however rare the filter's matches are. NULL filters are no filters;
+-- "scheduled" keeps PENDING jobs whose run_at is in the future; "q" is a case-insensitive
+-- substring of the type or of last_error (strpos: no LIKE pattern characters to escape).
+j.id <= %(last)s::bigint AND j.id >= %(floor)s::bigint
    AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
    AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
+   AND (NOT %(scheduled)s::bool OR j.run_at > now())
    AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
    AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
    AND (%(tag)s::text IS NULL OR j.tags @> ARRAY[%(tag)s::text])
+   AND (%(q)s::text IS NULL
+        OR strpos(lower(j.type), lower(%(q)s::text)) > 0
+        OR strpos(lower(coalesce(j.last_error, '')), lower(%(q)s::text)) > 0)
+
+
+-- name: dashboard_jobs_page
+-- One page of jobs newest first, in the id range [floor, last] (the upper bound is
+-- inclusive so that the largest bigint id is a range of its own without an overflow).
+SELECT {fragment_summary_columns}
+  FROM {schema}.jobs_all j
+ WHERE {fragment_dashboard_jobs_filter}
+ ORDER BY j.id DESC
+ LIMIT %(limit)s::bigint
+
+
+-- name: dashboard_jobs_page_up
+-- One page of jobs oldest first in the id range [floor, last]: the page just above a
+-- "before" cursor (the caller shows it newest first).
+SELECT {fragment_summary_columns}
+  FROM {schema}.jobs_all j
+ WHERE {fragment_dashboard_jobs_filter}
+ ORDER BY j.id
+ LIMIT %(limit)s::bigint
+
+
+-- name: dashboard_job_ids
+-- The ids of the jobs page's matches in the id range [floor, last], newest first, at most
+-- "limit": what a bulk action with all=1 acts on.
+SELECT j.id
+  FROM {schema}.jobs_all j
+ WHERE {fragment_dashboard_jobs_filter}
  ORDER BY j.id DESC
  LIMIT %(limit)s::bigint
 

@@ -126,6 +126,65 @@ def test_jobs_filters_by_status_scope_tag_and_id(store: JobStore) -> None:
     assert store.dashboard_jobs(JobQuery(after="garbage", tag="blue")).jobs[0].id == tagged
 
 
+def test_jobs_search_matches_a_type_substring_error_text_or_an_exact_id(
+    store: JobStore,
+) -> None:
+    mail = add(store, "Mail.Send")
+    broken = _fail(store, "report", "TimeoutError: upstream SLOW")[0]
+    other = add(store, "thumbnail")
+    assert [j.id for j in store.dashboard_jobs(JobQuery(search="mail.s")).jobs] == [mail]
+    assert [j.id for j in store.dashboard_jobs(JobQuery(search="slow")).jobs] == [broken]
+    # The search is the filters' AND: failed jobs whose type or error holds "e".
+    got = store.dashboard_jobs(JobQuery(search="e", status=JobStatus.FAILED)).jobs
+    assert [j.id for j in got] == [broken]
+    by_id = store.dashboard_jobs(JobQuery(search=other)).jobs
+    assert other in [j.id for j in by_id]
+    assert by_id[0].id == other  # the exact id first
+    assert store.dashboard_jobs(JobQuery(search="no such text")).jobs == ()
+    page = store.dashboard_jobs(JobQuery(search="mail"))
+    assert page.scanned is not None
+    assert int(page.scanned[0]) <= int(mail) <= int(page.scanned[1])
+    # A search that names an id outside the scanned window still finds that job.
+    far = store.dashboard_jobs(JobQuery(search=mail, window=1)).jobs
+    assert [j.id for j in far][:1] == [mail]
+
+
+def test_jobs_scheduled_filter_keeps_pending_jobs_due_later(store: JobStore) -> None:
+    add(store, "s")
+    later = add(store, "s", delay=3600)
+    got = store.dashboard_jobs(JobQuery(status=JobStatus.PENDING, scheduled=True)).jobs
+    assert [j.id for j in got] == [later]
+
+
+def test_jobs_pages_go_back_with_the_before_cursor(store: JobStore) -> None:
+    made = [add(store, "p") for _ in range(5)]
+    first = store.dashboard_jobs(JobQuery(type="p", limit=2))
+    assert first.prev_before is None  # the newest page has nothing newer
+    second = store.dashboard_jobs(JobQuery(type="p", limit=2, after=first.next_after))
+    assert [j.id for j in second.jobs] == [made[2], made[1]]
+    assert second.prev_before is not None
+    back = store.dashboard_jobs(JobQuery(type="p", limit=2, before=second.prev_before))
+    assert [j.id for j in back.jobs] == [made[4], made[3]]  # newest first, as the first page
+    assert back.next_after is not None
+    again = store.dashboard_jobs(JobQuery(type="p", limit=2, after=back.next_after))
+    assert [j.id for j in again.jobs] == [made[2], made[1]]
+    above = store.dashboard_jobs(JobQuery(type="p", limit=2, before=made[0]))
+    assert [j.id for j in above.jobs] == [made[2], made[1]]
+    assert above.prev_before == made[2]
+    top = store.dashboard_jobs(JobQuery(type="p", limit=2, before=str(2**63 - 1)))
+    assert top.jobs == ()
+
+
+def test_job_ids_of_a_filter_are_newest_first_and_capped(store: JobStore) -> None:
+    failed = _fail(store, "f", "E: one", n=3)
+    add(store, "f")
+    got = store.dashboard_job_ids(JobQuery(status=JobStatus.FAILED), cap=2)
+    assert got == sorted(failed, key=int, reverse=True)[:2]
+    assert store.dashboard_job_ids(JobQuery(search="e: ONE")) == sorted(
+        failed, key=int, reverse=True)
+    assert store.dashboard_job_ids(JobQuery(type="none")) == []
+
+
 def test_dead_letters_group_by_type_and_error_largest_first(store: JobStore) -> None:
     _fail(store, "a", "Boom: one", n=3)
     _fail(store, "a", "Boom: two")

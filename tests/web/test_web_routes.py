@@ -227,11 +227,18 @@ def test_hostile_type_names_errors_and_filters_are_escaped(
         dashboard.get("/jobs", params={"type": HOSTILE}),
         dashboard.get("/jobs", params={"tag": HOSTILE}),  # an invalid tag: the 400 page
         dashboard.post("/failed/retry", {"type": HOSTILE, "error": HOSTILE}),  # confirm page
+        dashboard.get("/jobs", params={"q": HOSTILE}),
+        dashboard.get("/jobs", params={"q": HOSTILE, "fragment": "rows"}),
+        dashboard.get("/jobs", params={"notice": HOSTILE}),
+        dashboard.post("/jobs/bulk", {"action": "cancel", "all": "1", "type": HOSTILE,
+                                      "q": HOSTILE}),  # the confirmation page
     ]
     for answer in pages:
         assert "<script>alert" not in answer.text, answer.url
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[3].text
     assert pages[6].status_code == 400
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[10].text  # the notice, escaped
+    assert pages[11].status_code == 200
 
 
 # -- actions ------------------------------------------------------------------------------
@@ -264,9 +271,18 @@ def test_run_now_and_cancel_act_on_one_job(
     # A Referer path that a browser would read as another host is never a redirect target.
     again = dashboard.post(f"/jobs/{later}/run-now", headers={"referer": f"{ORIGIN}//evil.test/x"})
     assert again.headers["location"] == f"/jobs/{later}?notice=unchanged"
-    answer = dashboard.post(f"/jobs/{later}/cancel")
+    ask = dashboard.post(f"/jobs/{later}/cancel")
+    assert ask.status_code == 200  # the confirmation page: nothing cancelled yet
+    assert 'name="confirm" value="1"' in ask.text
+    assert pg_store.job_get(later) is not None
+    answer = dashboard.post(f"/jobs/{later}/cancel", {"confirm": "1"})
     assert answer.status_code == 303
+    assert answer.headers["location"] == f"/jobs?notice=Job+{later}+cancelled."
     assert pg_store.job_get(later) is None
+    assert f"Job {later} cancelled." in dashboard.get(answer.headers["location"]).text
+    gone = dashboard.post(f"/jobs/{later}/cancel", {"confirm": "1"},
+                          headers={"referer": f"{ORIGIN}/jobs/{later}/cancel"})
+    assert gone.headers["location"] == f"/jobs/{later}?notice=unchanged"
 
 
 def test_pause_and_resume_a_type(dashboard: Dashboard, pg_store: PostgresStore) -> None:
@@ -291,7 +307,7 @@ def test_retry_all_matching_asks_for_confirmation_first(
     assert all(_status(pg_store, i) is JobStatus.FAILED for i in group)  # nothing yet
     done = dashboard.post("/failed/retry", {"type": "a", "error": "Boom: one", "confirm": "yes"})
     assert done.status_code == 303
-    assert done.headers["location"] == "/failed?notice=retried-all"
+    assert done.headers["location"] == "/failed?notice=3+dead+letters+of+a+retried."
     assert all(_status(pg_store, i) is JobStatus.PENDING for i in group)
     assert _status(pg_store, other) is JobStatus.FAILED
     assert dashboard.post("/failed/retry", {"error": "x"}).status_code == 400
@@ -511,3 +527,47 @@ def test_no_query_value_or_job_id_makes_a_page_answer_500(
         assert status == 400
         assert f"{query.split(b'=')[0].decode()} must be a job id" in body
     assert dashboard.raw_get("/jobs/9223372036854775808")[0] == 404
+
+
+BULK_FIELDS = ["action", "ids", "all", "confirm", "q", "type", "status", "scope_type",
+               "scope_id", "tag"]
+
+
+def test_no_bulk_cancel_or_schedule_value_makes_an_action_answer_500(
+    pg_store: PostgresStore, web_queue: Queue
+) -> None:
+    dashboard = Dashboard(create_app(pg_store))
+    job_id = web_queue.add("t", {"secret": "hunter2"}, scope=("S", "1"), tags=["x"])
+    assert job_id is not None
+    answers: list[tuple[str, int, str]] = []
+    for raw in HOSTILE_VALUES:
+        value = unquote(raw.decode("latin-1"), errors="surrogateescape")
+        for name in BULK_FIELDS:
+            base = {"action": "retry", "all": "1", "confirm": "1"}
+            for form in ({**base, name: value}, {"action": "cancel", "ids": job_id, name: value}):
+                answer = dashboard.request(
+                    "POST", "/jobs/bulk", content=_form_body(form),
+                    headers={"origin": ORIGIN,
+                             "content-type": "application/x-www-form-urlencoded"})
+                answers.append((f"bulk {name}={raw[:40]!r}", answer.status_code, answer.text))
+        answer = dashboard.request(
+            "POST", f"/jobs/{job_id}/cancel", content=_form_body({"confirm": value}),
+            headers={"origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"})
+        answers.append((f"cancel confirm={raw[:40]!r}", answer.status_code, answer.text))
+        for action in ("run-now", "pause", "resume", "explode"):
+            answer = dashboard.request("POST", f"/schedules/{raw.decode('latin-1')}/{action}",
+                                       headers={"origin": ORIGIN})
+            answers.append((f"schedule {raw[:40]!r} {action}", answer.status_code, answer.text))
+    for what, status, body in answers:
+        assert status in (200, 303, 400, 404), (what, status)
+        assert "hunter2" not in body, what
+        assert "<script>alert" not in body, what
+    assert pg_store.job_get(job_id) is not None  # nothing hostile confirmed the cancel
+
+
+def _form_body(form: dict[str, str]) -> bytes:
+    """A urlencoded form body, each value kept as raw bytes (NULs, broken UTF-8)."""
+    return b"&".join(
+        quote(k).encode() + b"=" + quote(v.encode("utf-8", "surrogateescape"), safe="").encode()
+        for k, v in form.items()
+    )

@@ -33,6 +33,29 @@ def test_every_page_and_action_works_over_the_in_memory_store() -> None:
     assert job.run_at <= store.now()
 
 
+def test_search_filters_and_bulk_actions_work_over_the_in_memory_store() -> None:
+    store = InMemoryStore()
+    queue = Queue(store)
+    mail = queue.add("Mail.Send", {}, delay=3600)
+    other = queue.add("thumbnail", {})
+    dashboard = Dashboard(create_app(store))
+    found = dashboard.get("/jobs", params={"q": "mail.s"})
+    assert f'data-id="{mail}"' in found.text
+    assert f'data-id="{other}"' not in found.text
+    scheduled = dashboard.get("/jobs", params={"status": "scheduled"}).text
+    assert f'data-id="{mail}"' in scheduled
+    assert f'data-id="{other}"' not in scheduled
+    assert dashboard.get("/jobs", params={"status": "waiting"}).status_code == 200
+    assert dashboard.get("/jobs", params={"before": "0"}).status_code == 200
+    form = {"action": "run-now", "all": "1", "q": "mail", "confirm": "1"}
+    done = dashboard.post("/jobs/bulk", form)
+    assert done.status_code == 303
+    assert "notice=1+of+1+job+made+due+now." in done.headers["location"]
+    job = queue.get(str(mail))
+    assert job is not None
+    assert job.run_at <= store.now()
+
+
 def _counting_thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     hops: list[Any] = []
     original = _pages.run_in_threadpool

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from golemq_pg._types import JobStatus, Resource
 from golemq_pg.store.dashboard import (
+    BULK_CAP,
     COUNT_CAP,
+    MAX_JOB_ID,
     DeadLetterGroup,
     DeadLetters,
     JobPage,
@@ -24,6 +27,8 @@ from golemq_pg.store.dashboard import (
     PoolState,
     TypeCounts,
     TypeFinishes,
+    page_cursors,
+    page_window,
     sorted_groups,
     window_spent,
 )
@@ -35,7 +40,8 @@ _MINUTE = timedelta(minutes=1)
 
 class DashboardVerbs:
     """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_jobs``,
-    ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``, ``dashboard_pools``."""
+    ``dashboard_job_ids``, ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``,
+    ``dashboard_pools``."""
 
     _lock: threading.Lock
     _jobs: JobTable
@@ -130,29 +136,51 @@ class DashboardVerbs:
     def dashboard_jobs(self, query: JobQuery) -> JobPage:
         """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""
         limit = min(max(int(query.limit), 1), 500)
-        window = max(int(query.window), limit)
         with self._lock:
+            now = self._read_clock()
             table = self._jobs.rows
             if query.job_id is not None:
                 row = self._jobs.get(query.job_id)
-                hit = row is not None and _passes(row, query)
+                hit = row is not None and _passes(row, query, now)
                 return JobPage((row.summary(),) if hit and row is not None else (), None)
             top = (max(table) if table else 0) + 1
-            after = None if query.after is None else _int(query.after)
-            before = top if after is None else min(after, top)
-            floor = max(before - window, 0)
+            floor, last, upwards = page_window(query, top)
             picked: list[JobRow] = []
-            for number in sorted((i for i in table if floor <= i < before), reverse=True):
+            for number in sorted((i for i in table if floor <= i <= last), reverse=not upwards):
                 row = table[number]
-                if _passes(row, query):
+                if _passes(row, query, now):
                     picked.append(row)
                     if len(picked) == limit:
                         break
-            jobs = tuple(r.summary() for r in picked)
-            if len(jobs) == limit:
-                return JobPage(jobs, jobs[-1].id)
+            if upwards:
+                picked.reverse()
+            jobs = [r.summary() for r in picked]
             older = any(i < floor for i in table)
-        return JobPage(jobs, str(floor) if older else None)
+            exact = _search_id(query)
+            if exact is not None and exact not in {r.id for r in picked}:
+                row = table.get(exact)
+                unsearched = replace(query, search=None)
+                if row is not None and _passes(row, unsearched, now):
+                    jobs.insert(0, row.summary())
+        return page_cursors(query, jobs, floor, last, top, older)
+
+    def dashboard_job_ids(self, query: JobQuery, cap: int = BULK_CAP) -> list[str]:
+        """The ids of ``query``'s matches among the newest ``query.window`` ids, newest
+        first, at most ``cap`` (a search's exact id included)."""
+        cap = min(max(int(cap), 1), BULK_CAP)
+        with self._lock:
+            now = self._read_clock()
+            table = self._jobs.rows
+            top = (max(table) if table else 0) + 1
+            floor = max(top - max(int(query.window), 1), 0)
+            ids = [i for i in sorted(table, reverse=True)
+                   if i >= floor and _passes(table[i], query, now)][:cap]
+            exact = _search_id(JobQuery(search=query.search))
+            unsearched = replace(query, search=None)
+            if (exact is not None and exact not in ids and exact in table
+                    and _passes(table[exact], unsearched, now)):
+                ids = [exact, *ids][:cap]
+        return [str(i) for i in ids]
 
     def dashboard_dead_letters(self, cap: int = COUNT_CAP) -> DeadLetters:
         """FAILED jobs grouped by (type, last_error), each type's newest ``cap`` at most."""
@@ -246,19 +274,28 @@ class DashboardVerbs:
         return out
 
 
-def _int(value: str) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
+def _search_id(query: JobQuery) -> int | None:
+    """The job id a search names, looked up on its first page only."""
+    if query.search is None or query.after is not None or query.before is not None:
         return None
+    text = query.search.strip()
+    number = int(text) if text.isascii() and text.isdigit() else None
+    return number if number is not None and 0 < number <= MAX_JOB_ID else None
 
 
-def _passes(row: JobRow, query: JobQuery) -> bool:
+def _found(text: str | None, search: str) -> bool:
+    return text is not None and search.lower() in text.lower()
+
+
+def _passes(row: JobRow, query: JobQuery, now: datetime) -> bool:
     return (
         (query.type is None or row.type == query.type)
         and (query.status is None or row.status is JobStatus(query.status))
+        and (not query.scheduled or row.run_at > now)
         and (query.scope_type is None or (row.scope is not None
                                           and row.scope.type == query.scope_type))
         and (query.scope_id is None or (row.scope is not None and row.scope.id == query.scope_id))
         and (query.tag is None or query.tag in row.tags)
+        and (not query.search or _found(row.type, query.search)
+             or _found(row.last_error, query.search))
     )

@@ -270,6 +270,7 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
     dashboard_overview = async_verb(_dashboard.dashboard_overview)
     dashboard_throughput = async_verb(_dashboard.dashboard_throughput)
     dashboard_jobs = async_verb(_dashboard.dashboard_jobs)
+    dashboard_job_ids = async_verb(_dashboard.dashboard_job_ids)
     dashboard_type_finishes = async_verb(_dashboard.dashboard_type_finishes)
     dashboard_dead_letters = async_verb(_dashboard.dashboard_dead_letters)
     dashboard_retry_dead_letters = async_verb(_dashboard.dashboard_retry_dead_letters)

@@ -21,6 +21,7 @@ from typing import Any
 
 from golemq_pg._types import JobStatus, Resource
 from golemq_pg.store.dashboard import (
+    BULK_CAP,
     COUNT_CAP,
     DASHBOARD_STATEMENT_TIMEOUT,
     DeadLetterGroup,
@@ -33,6 +34,8 @@ from golemq_pg.store.dashboard import (
     TypeCounts,
     TypeFinishes,
     member_costs,
+    page_cursors,
+    page_window,
     sorted_groups,
 )
 from golemq_pg.store.postgres import _rows as rows
@@ -99,18 +102,23 @@ def dashboard_type_finishes(ctx: PlanContext, limit: int = 10) -> Plan[list[Type
     return counts
 
 
-def dashboard_jobs(ctx: PlanContext, query: JobQuery) -> Plan[JobPage]:
-    """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""
-    limit = min(max(int(query.limit), 1), 500)
-    window = max(int(query.window), limit)
-    args: dict[str, Any] = {
+def _job_filter(query: JobQuery) -> dict[str, Any]:
+    """The parameters of ``fragment_dashboard_jobs_filter`` but the id range."""
+    return {
         "type": query.type,
         "status": None if query.status is None else JobStatus(query.status).value,
+        "scheduled": bool(query.scheduled),
         "scope_type": query.scope_type,
         "scope_id": query.scope_id,
         "tag": query.tag,
-        "limit": limit,
+        "q": query.search or None,
     }
+
+
+def dashboard_jobs(ctx: PlanContext, query: JobQuery) -> Plan[JobPage]:
+    """One keyset page of jobs, newest first, scanning at most ``query.window`` ids."""
+    limit = min(max(int(query.limit), 1), 500)
+    args = {**_job_filter(query), "limit": limit}
     if query.job_id is not None:
         number = rows.int_id(query.job_id)
         if number is None:
@@ -124,25 +132,64 @@ def dashboard_jobs(ctx: PlanContext, query: JobQuery) -> Plan[JobPage]:
 
         single: JobPage = yield Atomic(one())
         return single
-    after = None if query.after is None else rows.int_id(query.after)
+    exact = _search_id(query)
 
     def page() -> Plan[JobPage]:
         yield _bounded(ctx)
-        top = yield _read(ctx, "dashboard_jobs_top", {"floor": 0})
-        highest = int(top[0][0]) if top else 1
-        before = highest if after is None else min(after, highest)
-        floor = max(before - window, 0)
-        args.update(last=before - 1, floor=floor)
-        found = yield _read(ctx, "dashboard_jobs_page", args)
-        jobs = tuple(rows.summary(r) for r in found)
-        if len(jobs) == limit:
-            return JobPage(jobs, jobs[-1].id)
-        below = yield _read(ctx, "dashboard_jobs_top", {"floor": floor})
-        older = bool(below[0][1]) if below else False
-        return JobPage(jobs, str(floor) if older else None)
+        top_row = yield _read(ctx, "dashboard_jobs_top", {"floor": 0})
+        top = int(top_row[0][0]) if top_row else 1
+        floor, last, upwards = page_window(query, top)
+        args.update(last=last, floor=floor)
+        found = yield _read(ctx, "dashboard_jobs_page_up" if upwards else "dashboard_jobs_page",
+                            args)
+        jobs = [rows.summary(r) for r in found]
+        if upwards:
+            jobs.reverse()
+        older = False
+        if upwards or len(jobs) < limit:
+            below = yield _read(ctx, "dashboard_jobs_top", {"floor": floor})
+            older = bool(below[0][1]) if below else False
+        if exact is not None:
+            by_id = yield _read(ctx, "dashboard_jobs_page",
+                                {**args, "q": None, "last": exact, "floor": exact})
+            jobs = [*(rows.summary(r) for r in by_id if str(r[0]) not in
+                      {j.id for j in jobs}), *jobs]
+        return page_cursors(query, jobs, floor, last, top, older)
 
     found_page: JobPage = yield Atomic(page())
     return found_page
+
+
+def _search_id(query: JobQuery) -> int | None:
+    """The job id a search names, looked up on its first page only."""
+    if query.search is None or query.after is not None or query.before is not None:
+        return None
+    text = query.search.strip()
+    return rows.int_id(text) if text.isascii() and text.isdigit() else None
+
+
+def dashboard_job_ids(ctx: PlanContext, query: JobQuery, cap: int = BULK_CAP) -> Plan[list[str]]:
+    """The ids of ``query``'s matches among the newest ``query.window`` ids, newest first,
+    at most ``cap`` (a search's exact id included)."""
+    cap = min(max(int(cap), 1), BULK_CAP)
+    args = {**_job_filter(query), "limit": cap}
+    exact = _search_id(JobQuery(search=query.search))
+
+    def read() -> Plan[list[str]]:
+        yield _bounded(ctx)
+        top_row = yield _read(ctx, "dashboard_jobs_top", {"floor": 0})
+        top = int(top_row[0][0]) if top_row else 1
+        args.update(last=top - 1, floor=max(top - max(int(query.window), 1), 0))
+        found = yield _read(ctx, "dashboard_job_ids", args)
+        ids = [str(r[0]) for r in found]
+        if exact is not None and str(exact) not in ids:
+            by_id = yield _read(ctx, "dashboard_job_ids", {**args, "q": None,
+                                                           "last": exact, "floor": exact})
+            ids = [*(str(r[0]) for r in by_id), *ids][:cap]
+        return ids
+
+    ids: list[str] = yield Atomic(read())
+    return ids
 
 
 def dashboard_dead_letters(ctx: PlanContext, cap: int = COUNT_CAP) -> Plan[DeadLetters]:
@@ -207,13 +254,14 @@ def dashboard_pools(ctx: PlanContext, resources: Mapping[str, Resource]) -> Plan
 
 class DashboardVerbs(StoreConnections):
     """``dashboard_overview``, ``dashboard_throughput``, ``dashboard_type_finishes``,
-    ``dashboard_jobs``,
-    ``dashboard_dead_letters``, ``dashboard_retry_dead_letters``, ``dashboard_pools``: the
-    plans above on ``PostgresStore``'s connections."""
+    ``dashboard_jobs``, ``dashboard_job_ids``, ``dashboard_dead_letters``,
+    ``dashboard_retry_dead_letters``, ``dashboard_pools``: the plans above on
+    ``PostgresStore``'s connections."""
 
     dashboard_overview = sync_verb(dashboard_overview)
     dashboard_throughput = sync_verb(dashboard_throughput)
     dashboard_jobs = sync_verb(dashboard_jobs)
+    dashboard_job_ids = sync_verb(dashboard_job_ids)
     dashboard_type_finishes = sync_verb(dashboard_type_finishes)
     dashboard_dead_letters = sync_verb(dashboard_dead_letters)
     dashboard_retry_dead_letters = sync_verb(dashboard_retry_dead_letters)
