@@ -56,6 +56,8 @@ class AttemptError:
     the reaper's lost lease) or the attempt was recorded before tracebacks were kept. It
     holds the whole exception message and source lines, so it is shown only where the
     payload may be (the dashboard's job page, ``golemq-pg show``) and never logged.
+    ``started_at`` is when the attempt began (its claim), so ``at - started_at`` is its
+    duration; None for attempts recorded before migration 0012 kept it.
     """
 
     attempt: int
@@ -63,6 +65,7 @@ class AttemptError:
     error: str
     worker_id: str | None
     traceback: str | None = None
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

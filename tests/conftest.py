@@ -3,6 +3,7 @@ live in tests/support/. tests/README.md says where a new test, fixture or helper
 
 pytest_plugins = [
     "tests.plugins.async_stores",
+    "tests.plugins.browser",
     "tests.plugins.clusters",
     "tests.plugins.database",
     "tests.plugins.faults",

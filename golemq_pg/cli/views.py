@@ -125,8 +125,10 @@ def job_detail(
         # Each attempt's traceback (None: nothing was raised): the operator's, like the
         # payload, and like it never in a log; it may say what the exception said.
         "errors": [
-            {"attempt": e.attempt, "at": _iso(e.at), "error": e.error, "worker_id": e.worker_id,
-             "traceback": e.traceback}
+            {"attempt": e.attempt, "started_at": _iso(e.started_at), "at": _iso(e.at),
+             "duration": None if e.started_at is None
+             else round((e.at - e.started_at).total_seconds(), 3),
+             "error": e.error, "worker_id": e.worker_id, "traceback": e.traceback}
             for e in job.errors
         ],
         "result": job.result,
@@ -167,10 +169,12 @@ def render_job(detail: dict[str, Any]) -> Any:
         summary.add_row(key, "-" if value is None else str(value))
     parts: list[Any] = [summary]
     history = table(
-        f"attempt history ({len(detail['errors'])})", ("attempt", "at", "worker", "error"),
-        [[str(item["attempt"]), short_time(item["at"]), Text(item["worker_id"] or "-"),
-          Text(item["error"])] for item in detail["errors"]],
-        right=("attempt",), keep=("attempt", "at"),
+        f"attempt history ({len(detail['errors'])})",
+        ("attempt", "at", "took", "worker", "error"),
+        [[str(item["attempt"]), short_time(item["at"]),
+          "-" if item["duration"] is None else f"{item['duration']:.3f}s",
+          Text(item["worker_id"] or "-"), Text(item["error"])] for item in detail["errors"]],
+        right=("attempt", "took"), keep=("attempt", "at", "took"),
     )
     parts.append(history)
     # Text, not markup: a traceback's brackets are printed as they are.

@@ -29,9 +29,10 @@ class Attempt:
     """One attempt on the job page's timeline.
 
     ``outcome``: "running", "succeeded", "failed" (the job's last, dead-lettered attempt)
-    or "retried" (failed, the job was tried again). ``started_at`` is known for the latest
-    attempt only (the row keeps its latest claim); ``ended_at`` is when a failed attempt was
-    recorded, or the job's finish.
+    or "retried" (failed, the job was tried again). ``started_at`` is the attempt's claim: kept with
+    each failed attempt since migration 0012, else known for the latest attempt only (the
+    row keeps its latest claim); ``ended_at`` is when a failed attempt was recorded, or the
+    job's finish.
     """
 
     number: int
@@ -55,7 +56,7 @@ def timeline(job: JobSummary, now: datetime) -> tuple[Attempt, ...]:
         outcome = "failed" if last and job.status is JobStatus.FAILED else "retried"
         # The latest claim started this attempt when it lies between the previous
         # attempt's end and this one's.
-        own_start = (
+        own_start = entry.started_at or (
             started
             if started is not None
             and started <= entry.at

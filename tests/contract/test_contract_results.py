@@ -76,6 +76,33 @@ def test_retry_and_fail_append_the_attempt_history_in_order(store: JobStore) -> 
     assert all(stamp.tzinfo is not None for stamp in stamps)
 
 
+def test_each_recorded_attempt_keeps_when_it_started(store: JobStore) -> None:
+    """Retry, failure and the reaper's lost lease each record the attempt's claim time, so
+    every attempt's duration can be read back (not only the latest one's)."""
+    job_id = add(store, "a", max_attempts=3)
+
+    def claimed_at() -> object:
+        summary = store.job_get(job_id)
+        assert summary is not None
+        assert summary.started_at is not None
+        return summary.started_at
+
+    (first,) = claim(store, "a")
+    starts = [claimed_at()]
+    assert store.job_retry_many("w1", [RetryItem(job_id, first.lease_token, 0, "E: one")])
+    claim(store, slots("a", lease=SHORT_LEASE), owner="lost")
+    starts.append(claimed_at())
+    wait_until(store.lease_recover_expired)
+    (third,) = claim(store, "a")
+    starts.append(claimed_at())
+    assert store.job_fail_many("w1", [FailItem(job_id, third.lease_token, "E: three")])
+    summary = store.job_get(job_id)
+    assert summary is not None
+    assert [e.started_at for e in summary.errors] == starts
+    assert len(set(starts)) == 3  # three claims, three starts: none copied from another
+    assert all(e.started_at is not None and e.started_at <= e.at for e in summary.errors)
+
+
 def test_the_history_keeps_the_newest_attempts(store: JobStore) -> None:
     attempts = HISTORY_LIMIT + 5
     job_id = add(store, "a", max_attempts=attempts)

@@ -51,7 +51,7 @@ def test_workers_lists_the_registry_as_a_table_and_as_json(
 def _history_and_result(store: PostgresStore, job_id: str) -> None:
     """Give a job an attempt history and a result by hand (their writers are elsewhere)."""
     errors = [{"attempt": 1, "at": "2026-01-01T00:00:00+00:00", "error": "RuntimeError: boom",
-               "worker_id": "w-a"},
+               "worker_id": "w-a", "started": "2025-12-31T23:59:58.5+00:00"},
               {"attempt": 2, "at": "2026-01-01T00:01:00+00:00", "error": "LeaseExpired: x",
                "worker_id": None}]
     with psycopg.connect(store.dsn or "", autocommit=True) as conn:
@@ -80,15 +80,18 @@ def test_show_prints_summary_history_and_result_but_not_the_payload(
     assert detail["tags"] == ["billing", "eu"]
     assert [e["attempt"] for e in detail["errors"]] == [1, 2]
     assert detail["errors"][0] == {"attempt": 1, "at": "2026-01-01T00:00:00+00:00",
-                                   "error": "RuntimeError: boom", "worker_id": "w-a",
-                                   "traceback": None}
+                                   "started_at": "2025-12-31T23:59:58.500000+00:00",
+                                   "duration": 1.5, "error": "RuntimeError: boom",
+                                   "worker_id": "w-a", "traceback": None}
+    # an entry written before attempts kept their start (migration 0012) has no duration
+    assert (detail["errors"][1]["started_at"], detail["errors"][1]["duration"]) == (None, None)
     assert detail["result"] == {"url": "s3://r/1.pdf"}
     text = run_cli("--schema", schema, "show", job_id, dsn=pg_dsn, env=WIDE)
     assert text.returncode == 0, text.stderr
     assert CANARY not in text.stdout
     assert "payload" not in text.stdout
     for part in ("report.build", "pending", "Account:a1", "billing, eu", "attempt history (2)",
-                 "RuntimeError: boom", "s3://r/1.pdf"):
+                 "RuntimeError: boom", "1.500s", "s3://r/1.pdf"):
         assert part in text.stdout, text.stdout
 
 

@@ -142,6 +142,20 @@ def test_timeline_lists_failed_attempts_then_the_latest_with_its_duration() -> N
     assert timeline(_job(JobStatus.PENDING), T0) == ()
 
 
+def test_timeline_gives_every_attempt_that_kept_its_start_a_duration() -> None:
+    errors = (
+        AttemptError(1, T0 + timedelta(seconds=10), "E: one", "w1",
+                     started_at=T0 + timedelta(seconds=8)),
+        AttemptError(2, T0 + timedelta(seconds=40), "E: two", None,
+                     started_at=T0 + timedelta(seconds=20)),
+    )
+    dead = _job(JobStatus.FAILED, attempts=2, errors=errors,
+                started_at=T0 + timedelta(seconds=20), finished_at=T0 + timedelta(seconds=40))
+    assert [(a.number, a.started_at, a.duration) for a in timeline(dead, T0)] == [
+        (1, T0 + timedelta(seconds=8), 2.0), (2, T0 + timedelta(seconds=20), 20.0)
+    ]
+
+
 def test_types_with_due_jobs_and_no_live_worker_are_flagged_unless_paused() -> None:
     types = [TypeCounts("handled", due=3), TypeCounts("orphan", due=1),
              TypeCounts("only-lost", due=2), TypeCounts("held", due=5),

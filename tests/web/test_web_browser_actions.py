@@ -11,13 +11,11 @@ import pytest
 
 from golemq_pg import JobStatus, PostgresStore, Queue
 from golemq_pg.store.port import FailItem
+from tests.support.browser import ARTIFACTS
 from tests.support.store_port import add, claim, slots
 from tests.support.web_server import web_process
-from tests.web.test_web_browser import ARTIFACTS, browser_page
 
 pytest.importorskip("playwright.sync_api")
-
-__all__ = ["browser_page"]  # the fixture, shared with the dashboard's other browser test
 
 
 def _dead_letters(store: PostgresStore, job_type: str, error: str, n: int) -> list[str]:

@@ -6,40 +6,18 @@ Screenshots go to tests/artifacts/browser/."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from golemq_pg import JobStatus, PostgresStore, Queue, Worker
+from tests.support.browser import ARTIFACTS
 from tests.support.waiting import wait_until
 from tests.support.web_server import web_process
 
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = os.environ.get("GOLEMQ_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "browser"
-
-
-@pytest.fixture
-def browser_page() -> Iterator[Any]:
-    """A page of a headless Chromium (skipped where no Chromium is installed)."""
-    if not shutil.which(CHROMIUM):
-        if os.environ.get("GOLEMQ_REQUIRE_CHROMIUM"):
-            pytest.fail(f"no Chromium at {CHROMIUM}")
-        pytest.skip(f"no Chromium at {CHROMIUM} (.ci/run installs Debian's chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
-        try:
-            yield browser.new_page(viewport={"width": 1280, "height": 900})
-        finally:
-            browser.close()
 
 
 def _status(store: PostgresStore, job_id: str) -> JobStatus | None:

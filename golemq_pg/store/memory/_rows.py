@@ -73,10 +73,14 @@ class JobRow:
         traceback: str | None = None,
     ) -> None:
         """Append the failed attempt ``attempts`` to the history, keeping the newest
-        :data:`~golemq_pg.store.port.HISTORY_LIMIT` (``append_attempt_error`` in 0002 and
-        0010), its traceback bounded as the PostgreSQL store bounds it."""
+        :data:`~golemq_pg.store.port.HISTORY_LIMIT` (``append_attempt_error`` in 0002, 0010
+        and 0012: with the attempt's start), its traceback bounded as the PostgreSQL store
+        bounds it."""
         self.errors.append(
-            AttemptError(self.attempts, now, error or "", worker_id, bounded_traceback(traceback))
+            AttemptError(
+                self.attempts, now, error or "", worker_id, bounded_traceback(traceback),
+                self.started_at,
+            )
         )
         if len(self.errors) > HISTORY_LIMIT:
             del self.errors[: len(self.errors) - HISTORY_LIMIT]

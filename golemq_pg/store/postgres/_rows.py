@@ -189,9 +189,16 @@ def attempt_errors(text: str | None) -> tuple[AttemptError, ...]:
             worker_id=item.get("worker_id"),
             # absent from entries made without one (the reaper, releases before 0010)
             traceback=item.get("traceback"),
+            # absent from entries made before 0012
+            started_at=_utc(item.get("started")),
         )
         for item in orjson.loads(text)
     )
+
+
+def _utc(stamp: str | None) -> datetime | None:
+    """An ISO timestamp of a jsonb entry (the session's offset) in UTC, or None."""
+    return None if stamp is None else datetime.fromisoformat(stamp).astimezone(UTC)
 
 
 def cancelled(row: Sequence[Any]) -> CancelledJob:
