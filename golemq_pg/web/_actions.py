@@ -18,7 +18,14 @@ from golemq_pg._validation import check_job_id, check_name
 from golemq_pg.queue import AsyncQueue
 from golemq_pg.store import calls
 from golemq_pg.store.dashboard import BULK_CAP
-from golemq_pg.web._pages import FILTER_FIELDS, bad_request, job_query, notice_of, read
+from golemq_pg.web._pages import (
+    FILTER_FIELDS,
+    bad_request,
+    job_query,
+    notice_of,
+    notice_params,
+    read,
+)
 from golemq_pg.web._render import page
 
 #: The longest error text a bulk retry's form may carry (last_error is bounded far below).
@@ -47,10 +54,10 @@ def back(request: Request, default: str, notice: str) -> RedirectResponse:
         parts = urlsplit(referer)
         inside = parts.path.startswith(base + "/") and not parts.path.startswith("//")
         if parts.netloc == request.headers.get("host") and inside:
-            query = [(k, v) for k, v in parse_qsl(parts.query) if k != "notice"]
+            query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("notice", "ns")]
             target = parts.path + ("?" + urlencode(query) if query else "")
     sep = "&" if "?" in target else "?"
-    return RedirectResponse(target + sep + urlencode({"notice": notice}), status_code=303)
+    return RedirectResponse(target + sep + urlencode(notice_params(notice)), status_code=303)
 
 
 def _job_id(request: Request) -> str | None:
@@ -105,7 +112,7 @@ async def cancel(request: Request) -> Response:
                                 status_code=303)
     # The job is gone once cancelled: to the jobs list rather than its 404 page.
     return RedirectResponse(_base(request) + "/jobs?" + urlencode(
-        {"notice": f"Job {job_id} cancelled."}), status_code=303)
+        notice_params(f"Job {job_id} cancelled.")), status_code=303)
 
 
 def _error_field(form: FormData) -> str | None:
@@ -147,7 +154,7 @@ async def retry_matching(request: Request) -> Response:
         })
     count = await read(request, calls.dashboard_retry_dead_letters(job_type, error))
     text = f"{count:,} dead letter{'' if count == 1 else 's'} of {job_type[:60]} retried."
-    return RedirectResponse(_base(request) + "/failed?" + urlencode({"notice": text}),
+    return RedirectResponse(_base(request) + "/failed?" + urlencode(notice_params(text)),
                             status_code=303)
 
 
@@ -230,7 +237,7 @@ async def _act(request: Request, action: str, job_id: str) -> bool:
 
 
 def _jobs_url(request: Request, fields: list[tuple[str, str]], notice: str) -> RedirectResponse:
-    query = urlencode([*fields, ("notice", notice)])
+    query = urlencode([*fields, *notice_params(notice)])
     return RedirectResponse(f"{_base(request)}/jobs?{query}", status_code=303)
 
 
@@ -340,5 +347,5 @@ async def schedule_action(request: Request) -> Response:
         done = await queue.resume_schedule(key)
     changed, unchanged = SCHEDULE_NOTICES[verb]
     text = f"Schedule {key[:80]} {changed if done else unchanged}."
-    return RedirectResponse(f"{_base(request)}/schedules?{urlencode({'notice': text})}",
+    return RedirectResponse(f"{_base(request)}/schedules?{urlencode(notice_params(text))}",
                             status_code=303)

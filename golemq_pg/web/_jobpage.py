@@ -20,7 +20,7 @@ from starlette.responses import HTMLResponse
 from golemq_pg._types import JobStatus, JobSummary
 from golemq_pg._validation import check_job_id
 from golemq_pg.store import calls
-from golemq_pg.web._pages import NOTICES, read
+from golemq_pg.web._pages import notice_of, read
 from golemq_pg.web._render import page, shown_status
 
 
@@ -123,7 +123,7 @@ async def _context(request: Request) -> dict[str, Any]:
         "can_retry": summary.status is JobStatus.FAILED,
         "can_run_now": summary.status is JobStatus.PENDING and summary.run_at > now,
         "can_cancel": summary.status in (JobStatus.PENDING, JobStatus.RUNNING),
-        "notice": NOTICES.get(request.query_params.get("notice", "")),
+        "notice": notice_of(request),
     }
 
 

@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse
 from golemq_pg._types import WorkerSummary
 from golemq_pg.store import calls
 from golemq_pg.store.dashboard import TypeCounts
-from golemq_pg.web._pages import NOTICES, read
+from golemq_pg.web._pages import notice_of, read
 from golemq_pg.web._render import chart, page, type_bars
 
 #: How many types the finishes-per-type chart shows.
@@ -52,7 +52,7 @@ async def overview(request: Request) -> HTMLResponse:
         "alive": [w for w in workers if w.state != "lost"],
         "paused": paused,
         "unattended": unattended(summary.types, workers, paused),
-        "notice": NOTICES.get(request.query_params.get("notice", "")),
+        "notice": notice_of(request),
     }
     live = request.query_params.get("fragment") == "live"
     return page(request, "_live.html" if live else "overview.html", context)

@@ -5,6 +5,9 @@ a 400 page that says which, and unknown jobs a 404."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,19 +65,39 @@ async def read(request: Request, call: StoreCall[T]) -> T:
 MAX_NOTICE = 200
 
 
+#: Signs the notices actions compose (this process's own key), so that a link crafted
+#: elsewhere (``/jobs?notice=Your+session+expired...``) cannot put its text on a page.
+_NOTICE_KEY = secrets.token_bytes(32)
+
+
+def _notice_signature(text: str) -> str:
+    digest = hmac.new(_NOTICE_KEY, text.encode("utf-8", "replace"), hashlib.sha256)
+    return digest.hexdigest()[:32]
+
+
+def notice_params(text: str) -> list[tuple[str, str]]:
+    """The query parameters that carry a notice an action composed: the text and its
+    signature (``notice``, ``ns``). A fixed notice (:data:`NOTICES`) needs no signature."""
+    text = text[:MAX_NOTICE]
+    if text in NOTICES:
+        return [("notice", text)]
+    return [("notice", text), ("ns", _notice_signature(text))]
+
+
 def notice_of(request: Request) -> str | None:
     """The page's notice: an action's redirect names a fixed one (:data:`NOTICES`) or
-    carries a short text it composed; shown escaped, cut to :data:`MAX_NOTICE` characters,
-    control characters and lone surrogates dropped."""
+    carries a text it composed, signed by this process (:func:`notice_params`); any other
+    ``?notice=`` is ignored, never shown. Escaped by the templates like every value."""
     raw = request.query_params.get("notice", "")
     if raw in NOTICES:
         return NOTICES[raw]
-    text = "".join(
-        c for c in raw[:MAX_NOTICE] if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF
-    )
-    return text.strip() or None
-
-
+    signature = request.query_params.get("ns", "")
+    if not raw or len(raw) > MAX_NOTICE:
+        return None
+    if not hmac.compare_digest(signature.encode("ascii", "replace"),
+                               _notice_signature(raw).encode("ascii")):
+        return None
+    return raw
 
 
 def bad_request(request: Request, message: str) -> HTMLResponse:
