@@ -78,6 +78,10 @@ def stats(watch: bool, interval: float, as_json: bool) -> None:
     ctx = click.get_current_context()
     if watch and as_json:
         raise click.UsageError("--watch and --json do not combine")
+    if not watch and (
+        ctx.get_parameter_source("interval") is not click.core.ParameterSource.DEFAULT
+    ):
+        raise click.UsageError("--interval needs --watch (it is the refresh period)")
     with open_store(ctx) as store:
         if as_json:
             click.echo(json.dumps(collect_stats(store), sort_keys=True))

@@ -55,6 +55,11 @@ def worker(
     (200 while the database answers, else 503).
     """
     ctx = click.get_current_context()
+    if metrics_port is None and not metrics_child and (
+        ctx.get_parameter_source("metrics_host") is not click.core.ParameterSource.DEFAULT
+    ):
+        raise click.UsageError("--metrics-host needs --metrics-port (without it nothing "
+                               "listens)")
     try:
         split_target(target)
         os.environ[_embedded.ENV_DSN] = resolve_dsn(ctx)

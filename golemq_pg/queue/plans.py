@@ -119,6 +119,7 @@ def add(
 ) -> QueuePlan[str | None]:
     """Enqueue one job; returns its id, or None when rejected as a duplicate.
 
+    ``on_duplicate="replace"`` needs a ``dedupe_key`` (``ValueError`` without one).
     With ``connection`` (a psycopg connection) the row is written inside the caller's
     transaction and becomes visible when the caller commits. ``tags``: at most 16 labels
     for :meth:`find` (duplicates collapse); a replacing add replaces them with the
@@ -132,6 +133,10 @@ def add(
         check_name(dedupe_key, "dedupe_key")
     if on_duplicate not in ("reject", "replace"):
         raise ValueError("on_duplicate must be 'reject' or 'replace'")
+    if on_duplicate == "replace" and dedupe_key is None:
+        # Replacing is by key: without one there is nothing to replace, and the job would
+        # be enqueued as a new one, silently unlike what was asked.
+        raise ValueError("on_duplicate='replace' needs a dedupe_key (it replaces by key)")
     run_at_v, delay_s = _when(run_at, delay)
     attempts = q._max_attempts(max_attempts)
     prio = check_int(priority, "priority")
@@ -273,6 +278,8 @@ def schedule(
     changed. The first job is due at the first cron tick at or after ``start_at`` (or
     after now), or for ``every`` at ``start_at`` (or at once). See
     :mod:`golemq_pg._schedule` for the cadence rules and what happens after downtime.
+    ``timezone`` is read by cron schedules only and ``repeat_from`` by ``every``
+    schedules only: giving either to the other kind raises ``ValueError``.
     """
     check_name(key, "schedule key")
     name = check_job_type(job_type)
@@ -287,6 +294,13 @@ def schedule(
         if isinstance(text, str):  # their own checks refuse other types
             check_text(text, what)
     check_timezone(timezone)
+    # Options that only one kind of schedule reads are refused on the other, never ignored.
+    if every is not None and timezone != "UTC":
+        raise ValueError("timezone applies to cron= schedules only: every= counts seconds, "
+                         "whatever the zone")
+    if cron is not None and repeat_from != "finished":
+        raise ValueError("repeat_from applies to every= schedules only: a cron= schedule "
+                         "fires at its cron ticks")
     start: datetime | None = None
     if start_at is not None:
         start = check_timestamp(start_at, "start_at")
