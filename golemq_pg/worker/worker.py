@@ -147,6 +147,13 @@ class Worker:
                 raise QueueConfigError("store must implement the JobStore port")
         self.store = store
         self.config: WorkerConfig = build_config(options)
+        if self.config.listen_dsn is not None and not getattr(
+            store, "listen_dsn_supported", True
+        ):
+            raise QueueConfigError(
+                "listen_dsn is for a store on a database; this store has no LISTEN "
+                "connection to point elsewhere: drop listen_dsn"
+            )
         self._handlers = HandlerRegistry()
         self._state = "new"  # new -> running -> stopping -> stopped
         self._state_lock = threading.Lock()

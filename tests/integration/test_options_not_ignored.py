@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from golemq_pg import Queue
+from golemq_pg import PostgresStore, Queue, QueueConfigError, Worker
 from tests.support.cli import assert_clean_failure, run_cli
 from tests.support.store_port import count_rows
 
@@ -49,6 +49,14 @@ def test_the_options_each_schedule_kind_reads_are_accepted(store: Any) -> None:
     by_key = {s.key: s for s in queue.schedules()}
     assert by_key["cron"].timezone == "Europe/Paris"
     assert by_key["every"].repeat_from == "run_at"
+
+
+def test_listen_dsn_is_refused_on_a_store_without_a_database(
+    mem_store: Any, pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    with pytest.raises(QueueConfigError, match="drop listen_dsn"):
+        Worker(mem_store, listen_dsn=pg_dsn)
+    assert Worker(pg_store, listen_dsn=pg_dsn).config.listen_dsn == pg_dsn
 
 
 @pytest.mark.parametrize(

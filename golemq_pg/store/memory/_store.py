@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
@@ -76,8 +76,13 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``
     is the length in seconds of a resource pool's fixed rate window. Job ids are strings of
     increasing integers. ``connection=`` (enqueue inside a caller's transaction) has no
-    meaning here and raises ``TypeError``.
+    meaning here and raises ``TypeError``; so is ``Worker(listen_dsn=)`` on it, refused by
+    the worker (``listen_dsn_supported``).
     """
+
+    #: Whether a worker's ``listen_dsn`` means anything here: there is no database to listen
+    #: on, so ``Worker(store, listen_dsn=...)`` is refused rather than ignored.
+    listen_dsn_supported: ClassVar[bool] = False
 
     def __init__(self, *, clock: Clock | None = None, rate_window: float = 60.0) -> None:
         if rate_window <= 0:
