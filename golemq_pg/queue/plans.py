@@ -153,6 +153,7 @@ def add(
         max_attempts=attempts,
         priority=prio,
         tags=tags_v,
+        grouped=isinstance(job_type, JobType) and job_type.grouped,
     )
     result: EnqueueResult
     tracer = _trace_hook.tracer

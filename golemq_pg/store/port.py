@@ -71,6 +71,9 @@ class EnqueueParams:
     #: The producer span's W3C trace context (``traceparent``, ``tracestate``) when
     #: ``golemq_pg.tracing`` is instrumented; stored apart from the payload. None: none.
     trace_context: Mapping[str, str] | None = None
+    #: The add named a grouped JobType: a replace moves the job to the end of its group
+    #: (its created_at becomes the replacing add's arrival); otherwise it keeps its place.
+    grouped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,12 @@ class EnqueueResult:
     id: str | None
     inserted: bool
     replaced: bool = False
+
+
+#: A grouped claim holds a group while a retried job of it waits out its backoff; it looks
+#: for one among the group's first this-many pending jobs in arrival (id) order, where a
+#: failed batch's jobs are (both stores).
+GROUP_HOLD_DEPTH = 64
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,8 @@ from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import Unit
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from golemq_pg.worker.blocked import BlockedReporter
     from golemq_pg.worker.pool import TypePool
     from golemq_pg.worker.runtime import Runtime
@@ -451,8 +453,10 @@ class ClaimLoop(Service):
             counts[job_type] = len(typed)
         for (job_type, _), members in groups.items():
             pool = pools[job_type]
-            # Arrival order: the store returns claim order (priority, run_at, id); ids are
-            # assigned at insertion, so they order a group's jobs as they arrived.
+            # Arrival order: the store returns claim order (priority, run_at, id). A job
+            # arrived when it was added (created_at; a grouped replace moves it to the end
+            # of its group by making the replacing add its arrival); ids, assigned at
+            # insertion, order the jobs of one instant (one transaction) as they arrived.
             members.sort(key=_arrival)
             unit = Unit(pool, tuple(members), claimed_at + pool.lease_seconds, received)
             pool.active[unit.key] = unit
@@ -482,13 +486,14 @@ class ClaimLoop(Service):
             log.warning("release_failed", error_type=type(exc).__name__, error=error_text(exc))
 
 
-def _arrival(job: ClaimedJob) -> tuple[int, int, str]:
-    """Sort key of a job by arrival: numeric ids by value (both stores' ids are decimal
-    strings of increasing integers); any other id after them, as text."""
+def _arrival(job: ClaimedJob) -> tuple[datetime, int, int, str]:
+    """Sort key of a job by arrival: when it was added (``enqueued_at``), then numeric ids
+    by value (both stores' ids are decimal strings of increasing integers); any other id
+    after them, as text."""
     job_id = job.id
     if job_id.isascii() and job_id.isdigit():
-        return (0, int(job_id), "")
-    return (1, 0, job_id)
+        return (job.enqueued_at, 0, int(job_id), "")
+    return (job.enqueued_at, 1, 0, job_id)
 
 
 __all__ = ["ClaimLoop"]

@@ -238,6 +238,7 @@ live_all AS MATERIALIZED (
 -- one priority (two probes at the ends of the claim index) that is its oldest due job,
 -- usually the very row the descent landed on, so nothing more is read.
 -- The walk stops after "walk_need" heads or "walk_limit" scopes, whichever is first.
+-- With "hold_groups" (grouped claims) a held group (see job_claim_grouped) is not free.
 depth AS MATERIALIZED (
     SELECT CASE WHEN (SELECT x.priority FROM {schema}.jobs x
                        WHERE x.type = %(type)s::text AND x.status = 'pending'
@@ -290,6 +291,20 @@ walk (step, scope_type, scope_id, first_type, first_id, head, found) AS (
                    -- side: "taken" and the walk only hold scoped rows (jobs_scope_pair).
                    AND (n.scope_type, n.scope_id) NOT IN (
                        SELECT t.scope_type, t.scope_id FROM taken t)
+                   -- grouped: a group whose failed batch waits out its backoff is held
+                   -- (see job_claim_grouped)
+                   AND (NOT %(hold_groups)s::boolean OR (
+                       SELECT true
+                         FROM (SELECT p.run_at, p.last_error
+                                 FROM {schema}.jobs p
+                                WHERE p.type = %(type)s::text AND p.status = 'pending'
+                                  AND p.scope_type IS NOT NULL
+                                  AND p.scope_type = n.scope_type
+                                  AND p.scope_id = n.scope_id
+                                ORDER BY p.id
+                                LIMIT %(hold_depth)s::int) p
+                        WHERE p.run_at > statement_timestamp() AND p.last_error IS NOT NULL
+                        LIMIT 1) IS NULL)
                    AS free
            ) f
      CROSS JOIN LATERAL (
@@ -497,6 +512,15 @@ pick AS (
 -- the scope walk (the window is read like job_claim_guarded's). Unscoped
 -- jobs of a grouped type form one group. Jobs added while a group runs wait for the next
 -- batch, because the group then has a live lease.
+-- A failed batch retries as one unit with every job that joined its group meanwhile: while
+-- a retried job of the group waits out its backoff (PENDING, run_at in the future and a
+-- last_error: only a retry leaves a pending job so), the group is held, and its due jobs
+-- (late arrivals) wait with it; when the backoff ends they are due together, and the batch
+-- takes them in arrival order. A retried batch holds the oldest pending jobs of its group,
+-- so a group is tested by its first "hold_depth" pending jobs in id order (one bounded read
+-- of jobs_pending_scope_idx per group tested). A job added with its own delay has no
+-- last_error: it never holds its group, and joins the first batch claimed once it is due.
+-- The group of unscoped jobs is never held.
 WITH RECURSIVE {fragment_claim_pools},
 {fragment_claim_gate},
 {fragment_live_scopes},
@@ -533,10 +557,25 @@ cand AS MATERIALIZED (
              LIMIT %(lookahead)s::int) c
 ),
 window_grp AS MATERIALIZED (
-    SELECT c.scope_type, c.scope_id, min(c.ord) AS first_ord
-      FROM cand c
-     GROUP BY c.scope_type, c.scope_id
-     ORDER BY first_ord
+    -- the window's groups in claim order (by their head job), held ones skipped; the hold
+    -- test runs under the LIMIT, so only until the quota is met
+    SELECT g.scope_type, g.scope_id, g.first_ord
+      FROM (SELECT c.scope_type, c.scope_id, min(c.ord) AS first_ord
+              FROM cand c
+             GROUP BY c.scope_type, c.scope_id
+             ORDER BY first_ord) g
+     WHERE g.scope_type IS NULL OR (
+           SELECT true
+             FROM (SELECT p.run_at, p.last_error
+                     FROM {schema}.jobs p
+                    WHERE p.type = %(type)s::text AND p.status = 'pending'
+                      AND p.scope_type IS NOT NULL
+                      AND p.scope_type = g.scope_type AND p.scope_id = g.scope_id
+                    ORDER BY p.id
+                    LIMIT %(hold_depth)s::int) p
+            WHERE p.run_at > statement_timestamp() AND p.last_error IS NOT NULL
+            LIMIT 1) IS NULL
+     ORDER BY g.first_ord
      LIMIT (SELECT q.n FROM quota q)
 ),
 taken AS (

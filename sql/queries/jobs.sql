@@ -72,6 +72,9 @@ RETURNING id
 -- The tags describe the payload, so they are replaced with it (an add without tags clears
 -- them); so is the trace context (the replacing add's send span is the one that sent this
 -- payload). (xmax = 0) is true only for a freshly inserted row version.
+-- A grouped type's replace (grouped: the add named a JobType(grouped=True)) also moves the
+-- job to the end of its group: a grouped batch is in arrival order, (created_at, id), and the
+-- replacing add is the job's new arrival (its id, run_at and claim place are kept).
 INSERT INTO {schema}.jobs AS j (type, payload, scope_type, scope_id, run_at, max_attempts,
                                 priority, dedupe_key, tags, trace_context)
 VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
@@ -85,6 +88,7 @@ DO UPDATE SET payload       = EXCLUDED.payload,
               priority      = EXCLUDED.priority,
               tags          = EXCLUDED.tags,
               trace_context = EXCLUDED.trace_context,
+              created_at    = CASE WHEN %(grouped)s::boolean THEN now() ELSE j.created_at END,
               updated_at    = now()
 RETURNING j.id, (j.xmax = 0) AS inserted
 

@@ -26,6 +26,7 @@ from tests.support.store_port import (
     claim,
     concurrently,
     ids,
+    put,
     refs,
     slots,
 )
@@ -481,3 +482,94 @@ def test_grouped_reaches_groups_behind_a_long_backlog(store: JobStore) -> None:
     got = claim(store, slots("digest", limit=2, grouped=True, max_batch=5))
     assert Counter(j.scope.id for j in got if j.scope) == {"busy": 5, "quiet": 1}
     assert quiet in ids(got)
+
+
+# -- grouped: a failed batch retries with the late arrivals -----------------------------------
+
+#: A failed batch's backoff in these tests: long enough to claim during it, short to wait out.
+_BACKOFF = 1.0
+
+
+def _arrived(jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+    """A grouped claim's jobs as the worker hands them over: in arrival order (the store
+    returns claim order)."""
+    return sorted(jobs, key=lambda j: (j.enqueued_at, int(j.id)))
+
+
+def _fail_batch(store: JobStore, batch: list[ClaimedJob], delay: float = _BACKOFF) -> None:
+    written = store.job_retry_many(
+        "w1", [RetryItem(j.id, j.lease_token, delay, "RuntimeError: down") for j in batch])
+    assert written == {j.id for j in batch}
+
+
+def test_a_late_arrival_waits_out_its_groups_backoff_and_joins_the_retry(
+    store: JobStore,
+) -> None:
+    grouped = slots("digest", limit=5, grouped=True)
+    first = [add(store, "digest", {"n": n}, scope=("User", "1")) for n in range(2)]
+    batch = claim(store, grouped)
+    assert ids(batch) == first
+    during_run = add(store, "digest", {"n": 2}, scope=("User", "1"))
+    _fail_batch(store, batch)
+    during_backoff = add(store, "digest", {"n": 3}, scope=("User", "1"))
+    other = add(store, "digest", scope=("User", "2"))
+    # Held: the late arrivals are due, but not delivered before the retry; other groups run.
+    assert ids(claim(store, grouped)) == [other]
+    assert claim(store, grouped, owner="w2") == []
+    retry = _arrived(wait_until(lambda: claim(store, grouped, owner="w2"), timeout=10))
+    # One batch: the retried jobs and the late arrivals, in arrival order, each counting
+    # its own deliveries.
+    assert ids(retry) == [*first, during_run, during_backoff]
+    assert [j.attempt for j in retry] == [2, 2, 1, 1]
+
+
+def test_a_held_group_behind_a_long_backlog_is_skipped_by_the_scope_walk(
+    store: JobStore,
+) -> None:
+    grouped = slots("digest", limit=2, grouped=True, max_batch=5)
+    parked = add(store, "digest", scope=("User", "quiet"))
+    _fail_batch(store, claim(store, grouped), delay=3600)
+    _backlog(store, "digest", Scope("User", "busy"), 300)
+    late = add(store, "digest", scope=("User", "quiet"))  # behind the backlog: the walk's
+    got = claim(store, grouped)
+    assert Counter(j.scope.id for j in got if j.scope) == {"busy": 5}
+    assert late not in ids(got)
+    assert store.job_run_now(parked)  # the backoff is cut short: the group is free again
+    assert ids(_arrived(claim(store, grouped, owner="w2"))) == [parked, late]
+
+
+def test_a_job_added_with_its_own_delay_never_holds_its_group(store: JobStore) -> None:
+    grouped = slots("digest", limit=1, grouped=True)
+    add(store, "digest", scope=("User", "1"), delay=3600)
+    due = add(store, "digest", scope=("User", "1"))
+    assert ids(claim(store, grouped)) == [due]
+
+
+def test_a_retry_due_again_frees_its_group_and_a_spent_budget_dead_letters_alone(
+    store: JobStore,
+) -> None:
+    grouped = slots("digest", limit=1, grouped=True)
+    old = add(store, "digest", scope=("User", "1"), max_attempts=1)
+    keeps = add(store, "digest", scope=("User", "1"), max_attempts=3)
+    batch = claim(store, grouped)
+    # The worker's split of a failed batch: the spent job dead-letters alone, the other
+    # waits out the backoff (here none) and runs again with the group.
+    store.job_fail_many("w1", [FailItem(batch[0].id, batch[0].lease_token, "E")])
+    _fail_batch(store, batch[1:], delay=0)
+    late = add(store, "digest", scope=("User", "1"))
+    assert ids(_arrived(claim(store, grouped))) == [keeps, late]
+    dead = store.job_get(old)
+    assert dead is not None
+    assert dead.status == JobStatus.FAILED
+
+
+def test_a_grouped_replace_moves_the_job_to_the_end_of_its_group(store: JobStore) -> None:
+    keyed = add(store, "digest", {"v": 1}, scope=("User", "1"), dedupe_key="k")
+    behind = add(store, "digest", {"v": 2}, scope=("User", "1"))
+    wait_until(lambda: store.now() > store.job_get(behind).created_at)  # type: ignore[union-attr]
+    replaced = put(store, "digest", {"v": 3}, scope=("User", "1"), dedupe_key="k",
+                   on_duplicate="replace", grouped=True)
+    assert (replaced.id, replaced.replaced) == (keyed, True)
+    got = claim(store, slots("digest", grouped=True))
+    # The replacing add is the job's new arrival.
+    assert [(j.id, j.payload) for j in _arrived(got)] == [(behind, {"v": 2}), (keyed, {"v": 3})]

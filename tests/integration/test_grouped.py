@@ -327,3 +327,66 @@ def test_grouped_job_type_needs_scope(store: Any) -> None:
     with pytest.raises(ValueError, match="scope"):
         queue.add(digest, {"x": 1})
     assert queue.add(digest, {"x": 1}, scope=("User", "u1")) is not None
+
+
+def test_a_failed_batchs_retry_includes_the_late_arrivals_in_arrival_order(store: Any) -> None:
+    # message-queue's unit of work: jobs that join a group while its batch runs, or while
+    # the failed batch waits out its backoff, are delivered with the retry, never alone
+    # before it. Each job counts its own attempts; a spent budget dead-letters alone.
+    queue = Queue(store)
+    spent = queue.add(Digest, {"group": "a", "seq": 0}, scope=("Team", "a"), max_attempts=1)
+    kept = queue.add(Digest, {"group": "a", "seq": 1}, scope=("Team", "a"))
+    running = threading.Event()
+    release = threading.Event()
+    calls: list[tuple[list[str], list[int]]] = []
+
+    def handle(batch: BatchEvent[DigestPayload]) -> None:
+        calls.append(([j.id for j in batch.jobs], [j.attempt for j in batch.jobs]))
+        if len(calls) == 1:
+            running.set()
+            assert release.wait(20)
+            raise RuntimeError("downstream unavailable")
+
+    worker = Worker(store, poll_interval=0.05, base_backoff=1.0, max_backoff=1.0)
+    worker.handler(Digest)(handle)
+    worker.start()
+    try:
+        assert running.wait(20)
+        during_run = queue.add(Digest, {"group": "a", "seq": 2}, scope=("Team", "a"))
+        release.set()
+        deadline = time.monotonic() + 20
+        while (job := queue.get(kept)) is None or job.status != JobStatus.PENDING:  # type: ignore[arg-type]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        during_backoff = queue.add(Digest, {"group": "a", "seq": 3}, scope=("Team", "a"))
+        time.sleep(0.3)  # well inside the backoff: nothing of the group may run alone
+        assert len(calls) == 1
+        while len(calls) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        worker.run_until_empty(timeout=20)
+    finally:
+        release.set()
+        worker.stop()
+    assert calls == [([spent, kept], [1, 1]),
+                     ([kept, during_run, during_backoff], [2, 1, 1])]
+    dead = queue.get(spent)  # type: ignore[arg-type]
+    assert dead is not None
+    assert (dead.status, dead.attempts) == (JobStatus.FAILED, 1)
+    for job_id, attempts in ((kept, 2), (during_run, 1), (during_backoff, 1)):
+        done = queue.get(job_id)  # type: ignore[arg-type]
+        assert done is not None
+        assert (done.status, done.attempts) == (JobStatus.SUCCEEDED, attempts)
+
+
+def test_a_replacing_keyed_job_moves_to_the_end_of_its_batch(store: Any) -> None:
+    queue = Queue(store)
+    keyed = queue.add(Digest, {"group": "a", "seq": 0}, scope=("Team", "a"), dedupe_key="k")
+    behind = queue.add(Digest, {"group": "a", "seq": 1}, scope=("Team", "a"))
+    time.sleep(0.01)  # a later instant than both adds
+    again = queue.add(Digest, {"group": "a", "seq": 2}, scope=("Team", "a"), dedupe_key="k",
+                      on_duplicate="replace")
+    assert again == keyed  # the same job, with the replacing payload, now last in line
+    seen: list[list[tuple[str, int]]] = []
+    _drain(store, lambda batch: seen.append([(j.id, j.payload["seq"]) for j in batch.jobs]))
+    assert seen == [[(behind, 1), (keyed, 2)]]

@@ -48,8 +48,9 @@ def put(
     delay: float = 0.0,
     max_attempts: int = 3,
     priority: int = 0,
+    grouped: bool = False,
 ) -> EnqueueResult:
-    """Enqueue one job through the port."""
+    """Enqueue one job through the port (``grouped``: as an add naming a grouped JobType)."""
     return store.job_enqueue(
         EnqueueParams(
             type=job_type,
@@ -61,6 +62,7 @@ def put(
             delay=delay,
             max_attempts=max_attempts,
             priority=priority,
+            grouped=grouped,
         )
     )
 

@@ -28,7 +28,14 @@ import orjson
 
 from golemq_pg._types import JobStatus, Resource, Scope
 from golemq_pg.store.memory._rows import JobRow, JobTable, RateBudget, copy_trace
-from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
+from golemq_pg.store.port import (
+    GROUP_HOLD_DEPTH,
+    ClaimBatch,
+    ClaimBlock,
+    ClaimedJob,
+    ClaimRequest,
+    TypeSlots,
+)
 
 
 def claim_order(row: JobRow) -> tuple[int, datetime, int]:
@@ -135,12 +142,14 @@ class ClaimPass:
         """The first ``limit`` free groups (by their head job in claim order), each whole.
 
         A group is one (type, scope); unscoped jobs of the type form one group. A group with
-        a live lease is locked. Members go in arrival (id) order, up to ``max_batch``.
+        a live lease is locked, and so is one whose failed batch waits out its backoff
+        (``_held_scopes``). Members go in arrival (id) order, up to ``max_batch``.
         """
         locked = self._live_scopes(slots.type)
+        held = self._held_scopes(slots.type)
         members: dict[Scope | None, list[JobRow]] = {}
         for row in self._due(slots.type):
-            if row.scope in locked:
+            if row.scope in locked or row.scope in held:
                 continue
             if row.scope not in members and len(members) >= slots.limit:
                 continue
@@ -150,6 +159,22 @@ class ClaimPass:
             free = [r for r in sorted(rows, key=lambda r: r.id) if not self._key_running(r)]
             picked.extend(free if slots.max_batch is None else free[: slots.max_batch])
         return picked
+
+    def _held_scopes(self, job_type: str) -> set[Scope]:
+        """The groups of ``job_type`` held while a retried job waits out its backoff: one
+        of the group's first ``GROUP_HOLD_DEPTH`` pending jobs in id order is in the future
+        with a ``last_error`` (only a retry leaves a pending job so; a job added with its
+        own delay has none). Like the SQL, the group of unscoped jobs is never held."""
+        by_scope: dict[Scope, list[JobRow]] = {}
+        for row in self._table.pending.values():
+            if row.type == job_type and row.scope is not None:
+                by_scope.setdefault(row.scope, []).append(row)
+        held: set[Scope] = set()
+        for scope, rows in by_scope.items():
+            first = sorted(rows, key=lambda r: r.id)[:GROUP_HOLD_DEPTH]
+            if any(r.last_error is not None and r.run_at > self._now for r in first):
+                held.add(scope)
+        return held
 
     def _gate(self, slots: TypeSlots) -> _Gate:
         has_due = any(

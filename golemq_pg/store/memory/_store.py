@@ -155,7 +155,11 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 if waiting is not None:
                     if params.on_duplicate == "reject":
                         return EnqueueResult(id=None, inserted=False)
-                    # Replace in place: same id, same place in line (run_at, created_at).
+                    # Replace in place: same id, same place in line (run_at, created_at);
+                    # a grouped type's job moves to the end of its group (its arrival,
+                    # created_at, becomes this add's), as in job_enqueue_replace.
+                    if params.grouped:
+                        waiting.created_at = now
                     waiting.payload = params.payload
                     waiting.scope = params.scope
                     waiting.priority = params.priority

@@ -23,7 +23,14 @@ import psycopg
 import structlog
 
 from golemq_pg._types import Resource
-from golemq_pg.store.port import ClaimBatch, ClaimBlock, ClaimedJob, ClaimRequest, TypeSlots
+from golemq_pg.store.port import (
+    GROUP_HOLD_DEPTH,
+    ClaimBatch,
+    ClaimBlock,
+    ClaimedJob,
+    ClaimRequest,
+    TypeSlots,
+)
 from golemq_pg.store.postgres._rows import claimed
 from golemq_pg.store.postgres._sql import Queries, RawStatement
 
@@ -195,6 +202,9 @@ class Claimer:
             "walk_limit": max(limit * _WALK_FACTOR, _WALK_MIN),
             # grouped: a group is claimable when any of its jobs is due; members go by id
             "scope_depth": 1 if slot.grouped else SCOPE_DEPTH,
+            # grouped: a group whose failed batch waits out its backoff is held
+            "hold_groups": slot.grouped,
+            "hold_depth": GROUP_HOLD_DEPTH,
         }
         return {"names": lock_names}, claim
 

@@ -49,6 +49,7 @@ def job_enqueue(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
     args["dedupe_key"] = params.dedupe_key
     args["key_lock_prefix"] = ctx.schema + ":dedupe:"
     if params.on_duplicate == "replace":
+        args["grouped"] = params.grouped
         job_id, inserted = (yield Atomic(_keyed(ctx, "job_enqueue_replace", args)))[0]
         return EnqueueResult(id=str(job_id), inserted=inserted, replaced=not inserted)
     found = yield Atomic(_keyed(ctx, "job_enqueue_reject", args))
