@@ -40,7 +40,7 @@ def render(text: str) -> str:
         raise SystemExit(f"{DOC} has no '{HEADING}' section")
     body = "\n".join(cited(head))
     return (f"{head}{HEADING}\n\nEvery test this document cites, one per line, as "
-            f"`path::function`.\n\n```\n{body}\n```\n")
+            f"`path::function`.\n\n```text\n{body}\n```\n")
 
 
 def main(argv: list[str]) -> int:
