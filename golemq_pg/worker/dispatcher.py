@@ -395,6 +395,7 @@ class ClaimLoop(Service):
             log.info("claim_recovered", worker_id=runtime.owner, failures=self._failures,
                      outage=round(time.monotonic() - self._failing_since, 3))
             self._failures = 0
+            runtime.hub.errors.recovered("claim")
         return jobs
 
     def _failed(self, exc: Exception) -> None:
@@ -402,6 +403,8 @@ class ClaimLoop(Service):
         if not self._failures:
             self._failing_since = now
         self._failures += 1
+        # Observers' on_error: once per incident (the first failure after a success).
+        self.runtime.hub.errors.failed("claim", exc)
         # The first retry is immediate: a single dead pooled connection (discarded by the
         # pool on return) is the most common failure and the next one is usually fine.
         backoff = 0.0 if self._failures == 1 else min(

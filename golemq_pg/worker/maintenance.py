@@ -47,6 +47,7 @@ import structlog
 
 from golemq_pg._errortext import error_text
 from golemq_pg._schedule import next_tick
+from golemq_pg._types import WorkerErrorKind
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
@@ -115,6 +116,8 @@ class Task:
         self.fn = fn
         self.next_at = 0.0
         self.failures = 0
+        #: What its failures are reported as to observers' ``on_error``.
+        self.kind: WorkerErrorKind = "schedule" if name == "schedules" else "maintenance"
 
 
 class Maintenance(Service):
@@ -157,9 +160,13 @@ class Maintenance(Service):
                     wait = min(wait, max(sooner, 0.0))
                 if task.failures:
                     log.info("maintenance_recovered", task=task.name, failures=task.failures)
+                    self.runtime.hub.errors.recovered(task.kind, task.name)
                 task.failures = 0
             except Exception as exc:  # noqa: BLE001 - one task's failure is contained
                 task.failures += 1
+                # Observers' on_error: once per incident of the schedules task, or of the
+                # other tasks together ("maintenance").
+                self.runtime.hub.errors.failed(task.kind, exc, task.name)
                 if task.failures == 1 or task.failures % 20 == 0:
                     log.warning(
                         "maintenance_failed", task=task.name, worker_id=self.runtime.owner,
