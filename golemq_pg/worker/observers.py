@@ -59,9 +59,12 @@ class ErrorReports:
     kind's recovery. Without an observer defining ``on_error`` every call returns at once.
     """
 
-    __slots__ = ("_failing", "_lock", "_observers", "_recovered_at", "active", "worker_id")
+    __slots__ = (
+        "_clock", "_failing", "_lock", "_observers", "_recovered_at", "active", "worker_id",
+    )
 
-    def __init__(self, observers: Sequence[object], worker_id: str) -> None:
+    def __init__(self, observers: Sequence[object], worker_id: str, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         found: list[tuple[object, _OnError]] = []
         for observer in observers:
             method = getattr(observer, "on_error", None)
@@ -71,6 +74,7 @@ class ErrorReports:
         #: Some observer defines ``on_error``.
         self.active = bool(found)
         self.worker_id = worker_id
+        self._clock = clock
         self._lock = threading.Lock()
         #: Kind -> the sources of that kind failing now (absent: none is).
         self._failing: dict[str, set[str]] = {}
@@ -84,7 +88,7 @@ class ErrorReports:
         already bounded."""
         if not self.active:
             return
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             failing = self._failing.get(kind)
             if failing is None:
@@ -109,7 +113,7 @@ class ErrorReports:
             failing.discard(source)
             if not failing:
                 del self._failing[kind]
-                self._recovered_at[kind] = time.monotonic()
+                self._recovered_at[kind] = self._clock()
 
     def report(self, kind: WorkerErrorKind, text: str) -> None:
         """Give one :class:`WorkerError` with ``text`` (bounded, no payload) to every
