@@ -7,7 +7,8 @@ them with one fenced statement per outcome kind (``job_complete_many``,
 were fenced out: the lease was lost (observers get ``"lease-lost"``) or the row was
 cancelled (nothing to report: it was reported when cancelled). A write that fails is
 retried with backoff, never dropped, until the worker's final flush gives up (then the
-leases simply expire and the reaper recovers the jobs: at-least-once).
+leases simply expire and the reaper recovers the jobs: at-least-once). Failing writes are
+reported to observers' ``on_error`` (kind ``"complete"``) once per incident.
 
 An outcome whose commit may let a guarded claim proceed (a job of a resource pool with a
 concurrency cap, of a serialize_by_scope or grouped type, or of a type another handler must

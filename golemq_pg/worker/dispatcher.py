@@ -6,7 +6,8 @@ the total). Claimed work goes to each type's buffer; the loop claims again when 
 drains to its watermark, when a notification names a type it serves, or when the poll
 interval elapses, and never spins on an empty queue: after a short claim a type is only
 asked for again on a notification or at the next poll. Store errors back off (capped at a
-few seconds) and are logged at a bounded rate; the loop never dies.
+few seconds) and are logged at a bounded rate, and reported to observers' ``on_error`` (kind
+``"claim"``) once per incident; the loop never dies.
 """
 
 from __future__ import annotations

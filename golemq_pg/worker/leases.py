@@ -17,6 +17,8 @@ never eats into the lease a job needs once it starts. A job the store did not re
 lease expired and was reclaimed, or it was cancelled), or whose renewals keep failing until
 its lease must have run out, is aborted through its signal with reason ``"lease-lost"``;
 whatever its handler returns later is dropped (and the fenced store would change 0 rows).
+A failing renewal is reported to observers' ``on_error`` (kind ``"renew"``) once per
+incident.
 """
 
 from __future__ import annotations

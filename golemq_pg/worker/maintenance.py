@@ -29,7 +29,9 @@
   It is never on the claim/complete path.
 
 Each task fails on its own: an error is logged (rate-limited) and retried next time, so a
-registry (or any) failure never stops the worker.
+registry (or any) failure never stops the worker. Observers' ``on_error`` hear of it once
+per incident: kind ``"schedule"`` for the schedules task, ``"maintenance"`` for the others
+(one incident while any of them fails).
 """
 
 from __future__ import annotations
