@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         ScheduleSummary,
         Scope,
         Transition,
+        WorkerError,
         WorkerSummary,
     )
     from golemq_pg.errors import (
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "TerminalJobError": "golemq_pg.errors",
     "Transition": "golemq_pg._types",
     "Worker": "golemq_pg.worker",
+    "WorkerError": "golemq_pg._types",
     "WorkerSummary": "golemq_pg._types",
 }
 
@@ -102,6 +104,7 @@ __all__ = [
     "TerminalJobError",
     "Transition",
     "Worker",
+    "WorkerError",
     "WorkerSummary",
 ]
 

@@ -216,7 +216,12 @@ OUTCOMES = (
 
 
 class LifecycleObserver(Protocol):
-    """Receives every lifecycle transition; exceptions it raises are logged and contained."""
+    """Receives every lifecycle transition; exceptions it raises are logged and contained.
+
+    An observer may also define ``on_error(self, e: WorkerError) -> None``
+    (:class:`ErrorObserver`): a worker then reports its system errors to it, each once per
+    incident (see :class:`WorkerError`). Observers without it are unaffected.
+    """
 
     def on_transition(self, t: Transition) -> None:
         """Called after each transition of a job."""
@@ -245,6 +250,44 @@ class BatchTransitionCounter(Protocol):
         """One transition to ``outcome`` per ``(type, seconds)`` of ``counted``: ``seconds``
         is the due-to-start wait on ``"started"``, the handler's run time on the outcome of
         an attempt, None when neither is known."""
+
+
+#: What failed in a worker: its claim loop (or a transactional handler's claim), the
+#: completion writes, the lease renewer, the LISTEN connection, the schedules task, the
+#: other maintenance tasks; or a transactional handler's transaction that stayed open past
+#: its ``transaction_warning``.
+WorkerErrorKind = Literal[
+    "claim", "complete", "renew", "listen", "schedule", "maintenance", "transaction-slow"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerError:
+    """A system error of a worker (not a job's outcome), given to observers' ``on_error``.
+
+    ``kind``: a :data:`WorkerErrorKind`; ``error``: bounded text, the exception's type and
+    the first line of its message (never a payload); ``worker_id``: the worker's lease
+    owner; ``at``: when it was seen (an aware UTC datetime, the worker's clock).
+
+    A failing service reports once per incident: its first failure after a healthy period;
+    its repeats while it keeps failing do not, and a failure within a second of its
+    recovery (its first success) continues the same incident. A ``"transaction-slow"``
+    error is reported once per attempt.
+    """
+
+    kind: WorkerErrorKind
+    error: str
+    worker_id: str
+    at: datetime
+
+
+class ErrorObserver(Protocol):
+    """An observer that also receives a worker's system errors (:class:`WorkerError`);
+    exceptions it raises are logged and contained."""
+
+    def on_error(self, e: WorkerError) -> None:
+        """Called once per incident of a worker's service failing (and once per slow
+        transaction)."""
 
 
 P = TypeVar("P", bound=Mapping[str, Any])

@@ -404,9 +404,13 @@ NextTick = Callable[[DueSchedule, datetime], datetime | None]
 class Notification:
     """A wake-up hint: ``kind`` is "jobs" (payload: type names), "cancel" (job ids) or
     "done" (the ids of jobs that became terminal or were deleted by ``delete_on``, one
-    notification per completing statement; an empty ``items`` means "re-check")."""
+    notification per completing statement; an empty ``items`` means "re-check").
 
-    kind: Literal["jobs", "cancel", "done", "reconnected"]
+    A listener also says when its connection was lost, once per loss ("lost": ``items``
+    holds the error's bounded text, its type and first line, never a payload) and when it
+    is back ("reconnected": re-check everything)."""
+
+    kind: Literal["jobs", "cancel", "done", "reconnected", "lost"]
     items: tuple[str, ...]
 
 

@@ -7,7 +7,8 @@ them with one fenced statement per outcome kind (``job_complete_many``,
 were fenced out: the lease was lost (observers get ``"lease-lost"``) or the row was
 cancelled (nothing to report: it was reported when cancelled). A write that fails is
 retried with backoff, never dropped, until the worker's final flush gives up (then the
-leases simply expire and the reaper recovers the jobs: at-least-once).
+leases simply expire and the reaper recovers the jobs: at-least-once). Failing writes are
+reported to observers' ``on_error`` (kind ``"complete"``) once per incident.
 
 An outcome whose commit may let a guarded claim proceed (a job of a resource pool with a
 concurrency cap, of a serialize_by_scope or grouped type, or of a type another handler must
@@ -264,40 +265,51 @@ class Completer(Service):
     def _call(
         self, kind: int, chunk: list[Any], target: ClaimingPool | None = None
     ) -> set[str] | None:
-        store = self.store
-        owner = self.owner
         failures = 0
         while True:
             try:
-                if target is not None and self.claims is not None:
-                    pool, target = target, None  # a failed attempt is retried without it
-                    return self.claims.complete(store, owner, chunk, self.delete_succeeded,
-                                                pool)
-                if kind == COMPLETE:
-                    if self.delete_succeeded:
-                        return store.job_complete_many(
-                            owner, chunk, delete_types=self.delete_succeeded
-                        )
-                    return store.job_complete_many(owner, chunk)
-                if kind == RETRY:
-                    return store.job_retry_many(owner, chunk)
-                if kind == FAIL:
-                    if self.delete_failed:
-                        return store.job_fail_many(owner, chunk, delete_types=self.delete_failed)
-                    return store.job_fail_many(owner, chunk)
-                return store.job_release_many(owner, chunk)
+                written = self._call_once(kind, chunk, target)
             except Exception as exc:  # noqa: BLE001 - retried with backoff, never dropped
+                target = None  # a failed attempt is retried without the claim on completion
                 failures += 1
+                self.hub.errors.failed("complete", exc)
                 give_up = self.give_up_at is not None and time.monotonic() >= self.give_up_at
                 if failures == 1 or failures % 20 == 0 or give_up:
                     log.warning(
-                        "completion_write_failed", worker_id=owner, outcome=_NAMES[kind],
+                        "completion_write_failed", worker_id=self.owner, outcome=_NAMES[kind],
                         jobs=len(chunk), failures=failures, error_type=type(exc).__name__,
                         error=error_text(exc), giving_up=give_up,
                     )
                 if give_up:
                     return None
                 time.sleep(min(0.02 * 2 ** min(failures, 8), 2.0))
+                continue
+            if failures:
+                self.hub.errors.recovered("complete")
+            return written
+
+    def _call_once(
+        self, kind: int, chunk: list[Any], target: ClaimingPool | None
+    ) -> set[str]:
+        """One write of ``chunk`` (with the claim on completion for ``target``)."""
+        store = self.store
+        owner = self.owner
+        if target is not None and self.claims is not None:
+            return self.claims.complete(store, owner, chunk, self.delete_succeeded,
+                                        target)
+        if kind == COMPLETE:
+            if self.delete_succeeded:
+                return store.job_complete_many(
+                    owner, chunk, delete_types=self.delete_succeeded
+                )
+            return store.job_complete_many(owner, chunk)
+        if kind == RETRY:
+            return store.job_retry_many(owner, chunk)
+        if kind == FAIL:
+            if self.delete_failed:
+                return store.job_fail_many(owner, chunk, delete_types=self.delete_failed)
+            return store.job_fail_many(owner, chunk)
+        return store.job_release_many(owner, chunk)
 
     def _report(self, kind: int, group: list[Entry], written: set[str]) -> None:
         hub = self.hub

@@ -6,7 +6,8 @@ the total). Claimed work goes to each type's buffer; the loop claims again when 
 drains to its watermark, when a notification names a type it serves, or when the poll
 interval elapses, and never spins on an empty queue: after a short claim a type is only
 asked for again on a notification or at the next poll. Store errors back off (capped at a
-few seconds) and are logged at a bounded rate; the loop never dies.
+few seconds) and are logged at a bounded rate, and reported to observers' ``on_error`` (kind
+``"claim"``) once per incident; the loop never dies.
 """
 
 from __future__ import annotations
@@ -397,6 +398,7 @@ class ClaimLoop(Service):
             log.info("claim_recovered", worker_id=runtime.owner, failures=self._failures,
                      outage=round(time.monotonic() - self._failing_since, 3))
             self._failures = 0
+            runtime.hub.errors.recovered("claim")
         return jobs
 
     def _failed(self, exc: Exception) -> None:
@@ -404,6 +406,8 @@ class ClaimLoop(Service):
         if not self._failures:
             self._failing_since = now
         self._failures += 1
+        # Observers' on_error: once per incident (the first failure after a success).
+        self.runtime.hub.errors.failed("claim", exc)
         # The first retry is immediate: a single dead pooled connection (discarded by the
         # pool on return) is the most common failure and the next one is usually fine.
         backoff = 0.0 if self._failures == 1 else min(

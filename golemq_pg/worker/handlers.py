@@ -43,6 +43,9 @@ class HandlerSpec:
     delete_on: str | None = None
     #: An ``async def`` handler: run as a task on the worker's event loop thread.
     is_async: bool = False
+    #: Transactional handlers only: seconds the claim's transaction may stay open before
+    #: the worker logs ``transaction_slow`` and reports a "transaction-slow" WorkerError.
+    transaction_warning: float | None = None
 
     @property
     def guarded(self) -> bool:
@@ -104,6 +107,19 @@ def _max_batch(name: str, max_batch: object, grouped: bool) -> int | None:
     return max_batch
 
 
+def _transaction_warning(name: str, value: object, transactional: bool) -> float | None:
+    if value is None:
+        return None
+    if not transactional:
+        raise QueueConfigError(
+            f"transaction_warning of {name!r} only applies to transactional handlers"
+        )
+    try:
+        return to_seconds(value, f"transaction_warning of {name!r}", allow_zero=False)
+    except ValueError as exc:
+        raise QueueConfigError(str(exc)) from None
+
+
 def build_spec(
     job_type: object,
     fn: object,
@@ -117,6 +133,7 @@ def build_spec(
     max_batch: object = None,
     transactional: object = False,
     delete_on: object = None,
+    transaction_warning: object = None,
 ) -> HandlerSpec:
     """Validate one handler registration into a :class:`HandlerSpec`."""
     if not isinstance(job_type, str | JobType):
@@ -137,6 +154,7 @@ def build_spec(
     is_grouped = _flag(grouped, "grouped") or (isinstance(job_type, JobType) and job_type.grouped)
     batch = _max_batch(name, max_batch, is_grouped)
     is_transactional = _flag(transactional, "transactional")
+    warning = _transaction_warning(name, transaction_warning, is_transactional)
     if is_transactional and is_grouped:
         raise QueueConfigError(f"{name!r}: a handler cannot be both grouped and transactional")
     is_async = is_coroutine_handler(fn)
@@ -167,6 +185,7 @@ def build_spec(
         transactional=is_transactional,
         delete_on=delete_on if isinstance(delete_on, str) else None,
         is_async=is_async,
+        transaction_warning=warning,
     )
 
 

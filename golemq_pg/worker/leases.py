@@ -17,6 +17,8 @@ never eats into the lease a job needs once it starts. A job the store did not re
 lease expired and was reclaimed, or it was cancelled), or whose renewals keep failing until
 its lease must have run out, is aborted through its signal with reason ``"lease-lost"``;
 whatever its handler returns later is dropped (and the fenced store would change 0 rows).
+A failing renewal is reported to observers' ``on_error`` (kind ``"renew"``) once per
+incident.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class LeaseRenewer(Service):
                 renewed = runtime.store.lease_renew(runtime.owner, refs, seconds)
             except Exception as exc:  # noqa: BLE001 - retried next tick; expiry aborts
                 self._failures += 1
+                runtime.hub.errors.failed("renew", exc)
                 if self._failures == 1 or self._failures % 10 == 0:
                     log.warning(
                         "lease_renew_failed", worker_id=runtime.owner, jobs=len(refs),
@@ -102,7 +105,9 @@ class LeaseRenewer(Service):
                 if expired:
                     self._abort(expired, LEASE_LOST)
                 continue
-            self._failures = 0
+            if self._failures:
+                self._failures = 0
+                runtime.hub.errors.recovered("renew")
             lost: list[Unit] = []
             for unit in units:
                 if all(ref.id in renewed for ref in unit.refs):

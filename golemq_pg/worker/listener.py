@@ -8,6 +8,8 @@
   hints sent during the gap are lost, the jobs are not.
 * ``"cancel"`` aborts the handlers of the listed job ids that run here (reason
   ``"cancelled"``; the rows are already gone, so nothing is written for them).
+* ``"lost"`` (the LISTEN connection failed) is reported to observers' ``on_error`` (kind
+  ``"listen"``, once per incident); the ``"reconnected"`` that follows ends the incident.
 
 If the listener itself fails it is closed and reopened with backoff, followed by a re-poll.
 Correctness never depends on a notification: the claim loop also polls.
@@ -60,6 +62,9 @@ class ListenerThread(Service):
         self.listener = listener
         self._abort_ids = abort_ids
         self._reopen = listener is None
+        #: A step raised (the listener failed outside its own reconnects) since the last
+        #: wait that returned.
+        self._raised = False
 
     def step(self) -> float:
         """Wait for notifications once (opening the listener first if needed)."""
@@ -84,15 +89,30 @@ class ListenerThread(Service):
                 return 0.0
             self.dispatcher.poll_now()
             raise
+        errors = self.runtime.hub.errors
+        if self._raised:
+            self._raised = False
+            errors.recovered("listen")
         for note in notes:
             if note.kind == "jobs":
                 self.dispatcher.hint(note.items)
             elif note.kind == "cancel":
                 if note.items:
                     self._abort_ids(note.items, CANCELLED)
+            elif note.kind == "lost":
+                errors.failed("listen", note.items[0] if note.items else "connection lost",
+                              "connection")
             else:  # "reconnected" (or anything new): re-poll everything
+                errors.recovered("listen", "connection")
                 self.dispatcher.poll_now()
         return 0.0
+
+    def failed(self, exc: BaseException, failures: int) -> float | None:
+        """A step raised (opening the listener, or a listener's ``wait``): reported to
+        observers' ``on_error`` once per incident, then logged and retried."""
+        self._raised = True
+        self.runtime.hub.errors.failed("listen", exc)
+        return super().failed(exc, failures)
 
     def stop(self, timeout: float | None = None) -> None:
         """Close the listener (which ends a blocked wait) and join the thread."""

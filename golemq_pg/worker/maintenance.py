@@ -29,7 +29,9 @@
   It is never on the claim/complete path.
 
 Each task fails on its own: an error is logged (rate-limited) and retried next time, so a
-registry (or any) failure never stops the worker.
+registry (or any) failure never stops the worker. Observers' ``on_error`` hear of it once
+per incident: kind ``"schedule"`` for the schedules task, ``"maintenance"`` for the others
+(one incident while any of them fails).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import structlog
 
 from golemq_pg._errortext import error_text
 from golemq_pg._schedule import next_tick
+from golemq_pg._types import WorkerErrorKind
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
@@ -115,6 +118,8 @@ class Task:
         self.fn = fn
         self.next_at = 0.0
         self.failures = 0
+        #: What its failures are reported as to observers' ``on_error``.
+        self.kind: WorkerErrorKind = "schedule" if name == "schedules" else "maintenance"
 
 
 class Maintenance(Service):
@@ -157,9 +162,13 @@ class Maintenance(Service):
                     wait = min(wait, max(sooner, 0.0))
                 if task.failures:
                     log.info("maintenance_recovered", task=task.name, failures=task.failures)
+                    self.runtime.hub.errors.recovered(task.kind, task.name)
                 task.failures = 0
             except Exception as exc:  # noqa: BLE001 - one task's failure is contained
                 task.failures += 1
+                # Observers' on_error: once per incident of the schedules task, or of the
+                # other tasks together ("maintenance").
+                self.runtime.hub.errors.failed(task.kind, exc, task.name)
                 if task.failures == 1 or task.failures % 20 == 0:
                     log.warning(
                         "maintenance_failed", task=task.name, worker_id=self.runtime.owner,

@@ -17,15 +17,24 @@ Counters need no job id, scope or attempt, so no :class:`Transition` is built fo
 fast drain building one per event, and a Python call per event and observer, was most of an
 observer's cost. The hot paths (a unit starting, a completion write) ask :attr:`counts` and
 :attr:`each` and give the counters a batch and the others their transitions.
+
+A worker's system errors (a claim, a completion write, a renewal, the LISTEN connection, a
+maintenance task failing; a slow transaction) go to the observers that define ``on_error``,
+through the hub's :class:`ErrorReports`: once per incident, so a database outage is one
+report per failing service, not one per retry.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 import structlog
 
-from golemq_pg._types import LifecycleObserver, Scope, Transition
+from golemq_pg._errortext import error_text
+from golemq_pg._types import LifecycleObserver, Scope, Transition, WorkerError, WorkerErrorKind
 from golemq_pg.store.port import ClaimedJob
 
 log = structlog.get_logger("golemq_pg.worker.observers")
@@ -33,6 +42,92 @@ log = structlog.get_logger("golemq_pg.worker.observers")
 _Batch = Callable[[str, Sequence[tuple[str, float | None]]], None]
 _Count = Callable[[str, str, float | None, float | None], None]
 _Later = Callable[[tuple[Sequence[ClaimedJob], float]], None]
+_OnError = Callable[[WorkerError], None]
+
+#: A failure this soon (seconds) after a service's recovery continues the same incident:
+#: after an outage a pool may still hand out a few of its dead connections, one by one.
+RELAPSE_WINDOW = 1.0
+
+
+class ErrorReports:
+    """A worker's system errors, reported to the observers' ``on_error`` once per incident.
+
+    A service calls :meth:`failed` on every failure and :meth:`recovered` after a success
+    (cheap when nothing is failing). The first failure of a kind after a healthy period is
+    reported; repeats are not while any source of that kind (a service, a maintenance task,
+    a transactional handler thread) still fails, nor within :data:`RELAPSE_WINDOW` of the
+    kind's recovery. Without an observer defining ``on_error`` every call returns at once.
+    """
+
+    __slots__ = (
+        "_clock", "_failing", "_lock", "_observers", "_recovered_at", "active", "worker_id",
+    )
+
+    def __init__(self, observers: Sequence[object], worker_id: str, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        found: list[tuple[object, _OnError]] = []
+        for observer in observers:
+            method = getattr(observer, "on_error", None)
+            if callable(method):
+                found.append((observer, method))
+        self._observers = tuple(found)
+        #: Some observer defines ``on_error``.
+        self.active = bool(found)
+        self.worker_id = worker_id
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: Kind -> the sources of that kind failing now (absent: none is).
+        self._failing: dict[str, set[str]] = {}
+        #: Kind -> monotonic time its last incident ended.
+        self._recovered_at: dict[str, float] = {}
+
+    def failed(self, kind: WorkerErrorKind, error: BaseException | str,
+               source: str = "") -> None:
+        """A failure of ``source`` (a service of ``kind``); reported if it opens an
+        incident. ``error``: the exception (its type and first line are reported) or text
+        already bounded."""
+        if not self.active:
+            return
+        now = self._clock()
+        with self._lock:
+            failing = self._failing.get(kind)
+            if failing is None:
+                self._failing[kind] = {source}
+                ended = self._recovered_at.get(kind)
+                opens = ended is None or now - ended >= RELAPSE_WINDOW
+            else:
+                failing.add(source)
+                opens = False
+        if opens:
+            text = error if isinstance(error, str) else error_text(error, with_type=True)
+            self.report(kind, text)
+
+    def recovered(self, kind: WorkerErrorKind, source: str = "") -> None:
+        """``source`` (a service of ``kind``) succeeded: its part of an incident is over."""
+        if not self._failing:
+            return
+        with self._lock:
+            failing = self._failing.get(kind)
+            if failing is None:
+                return
+            failing.discard(source)
+            if not failing:
+                del self._failing[kind]
+                self._recovered_at[kind] = self._clock()
+
+    def report(self, kind: WorkerErrorKind, text: str) -> None:
+        """Give one :class:`WorkerError` with ``text`` (bounded, no payload) to every
+        observer defining ``on_error`` (not deduplicated: the caller decides it is due)."""
+        if not self.active:
+            return
+        event = WorkerError(kind=kind, error=text, worker_id=self.worker_id,
+                            at=datetime.now(UTC))
+        for observer, on_error in self._observers:
+            try:
+                on_error(event)
+            except BaseException as exc:  # noqa: BLE001 - an observer must never kill a worker thread
+                log.warning("observer_failed", observer=type(observer).__name__,
+                            kind=kind, outcome="error", error_type=type(exc).__name__)
 
 
 class ObserverHub:
@@ -41,7 +136,7 @@ class ObserverHub:
 
     __slots__ = (
         "_counting", "_later", "_observers", "_transitions", "active", "counts", "each",
-        "started", "worker_id",
+        "errors", "started", "worker_id",
     )
 
     def __init__(self, observers: Sequence[LifecycleObserver], worker_id: str) -> None:
@@ -82,6 +177,8 @@ class ObserverHub:
         #: (:meth:`emit_transition`).
         self.each = bool(transitions)
         self.worker_id = worker_id
+        #: System errors, to the observers defining ``on_error`` (once per incident).
+        self.errors = ErrorReports(self._observers, worker_id)
 
     def __bool__(self) -> bool:
         return self.active
@@ -216,4 +313,4 @@ class ObserverHub:
         )
 
 
-__all__ = ["ObserverHub"]
+__all__ = ["RELAPSE_WINDOW", "ErrorReports", "ObserverHub"]

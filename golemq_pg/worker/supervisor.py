@@ -13,6 +13,9 @@
   all come here.
 * **Abandon**: a handler still running past its abandon deadline is written off; its slot is
   replaced so the type keeps its concurrency, and the unit's outcome is decided now.
+* **Slow transactions**: a transactional handler's transaction still open past its
+  ``transaction_warning`` is logged (``transaction_slow``, no payload) and reported to
+  observers' ``on_error`` as a ``"transaction-slow"`` WorkerError, once per attempt.
 * **Timers**: small timed callbacks (deferred progress writes) run on this thread.
 
 It sleeps until the earliest thing it has to do. Rather than one timer per job (which would
@@ -143,6 +146,11 @@ class Supervisor(Service):
         for index, unit in enumerate(renewed + runtime.tx_units()):
             if unit.state != RUNNING:
                 continue
+            if unit.warn_at is not None:
+                if now >= unit.warn_at:
+                    self._slow_transaction(unit, now)
+                else:
+                    next_at = min(next_at, unit.warn_at)
             if index < leased and unit.abandon_at is None and not unit.settled:
                 if now >= unit.lease_deadline:
                     lost.append(unit)
@@ -183,6 +191,22 @@ class Supervisor(Service):
             self.abort(lost, LEASE_LOST)
             next_at = min(next_at, now + grace)
         return next_at
+
+    def _slow_transaction(self, unit: Unit, now: float) -> None:
+        """Report ``unit``'s transaction, open past its ``transaction_warning`` (once)."""
+        warning = unit.pool.spec.transaction_warning
+        opened = unit.warn_at - warning if unit.warn_at is not None and warning else now
+        unit.warn_at = None
+        job = unit.jobs[0]
+        runtime = self.runtime
+        log.warning("transaction_slow", worker_id=runtime.owner, job_id=job.id, type=job.type,
+                    attempt=job.attempt, open_for=round(now - opened, 3),
+                    transaction_warning=warning)
+        runtime.hub.errors.report(
+            "transaction-slow",
+            f"the transaction of job {job.id} ({job.type!r}, attempt {job.attempt}) has been "
+            f"open for over {warning:g}s (transaction_warning)",
+        )
 
     # -- taking units away ------------------------------------------------------------------
     def abort(self, units: Iterable[Unit], reason: str, *, error: str | None = None) -> int:

@@ -217,14 +217,19 @@ class TransactionalPool:
     def _loop(self) -> None:
         runtime = self.runtime
         failures = 0
+        # This thread's part in a "claim" incident reported to observers' on_error.
+        source = threading.current_thread().name
         while not runtime.stopping:
             hints = self._hints
             try:
                 ran = self.run_once(hints)
+                if failures:
+                    runtime.hub.errors.recovered("claim", source)
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - a store error backs off, never kills
                 failures += 1
                 ran = False
+                runtime.hub.errors.failed("claim", exc, source)
                 if failures == 1 or failures % 20 == 0:
                     log.warning("transactional_claim_failed", type=self.type,
                                 worker_id=runtime.owner, failures=failures,
@@ -259,6 +264,7 @@ class TransactionalPool:
         failure: BaseException | None = None
         owned = True
         written: set[str] = set()
+        opened = time.monotonic()  # the claim's transaction begins
         try:
             with store.job_claim_transactional(self.request()) as claimed:
                 if claimed is None:
@@ -269,6 +275,9 @@ class TransactionalPool:
                 self.empty.clear()
                 job, conn = claimed
                 unit = Unit(self, (job,), time.monotonic() + self.lease_seconds)
+                if self.spec.transaction_warning is not None:
+                    # The supervisor reports the transaction if it is still open then.
+                    unit.warn_at = opened + self.spec.transaction_warning
                 written = self._run(unit, store, conn)
         except _Rollback as rollback:
             failure = rollback.failure
@@ -307,6 +316,8 @@ class TransactionalPool:
         unit.started_at = time.monotonic()
         if self.spec.timeout is not None:
             unit.deadline = unit.started_at + self.spec.timeout
+            self._kick_supervisor()
+        elif unit.warn_at is not None:
             self._kick_supervisor()
         if runtime.hub:
             # claimed just now, in this thread: the wait is the claim's

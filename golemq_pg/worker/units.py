@@ -94,6 +94,7 @@ class Unit:
         "slot",
         "started_at",
         "state",
+        "warn_at",
     )
 
     def __init__(
@@ -122,6 +123,9 @@ class Unit:
         self.claimed_at = claimed_at
         #: The handler's return value, encoded, to store as the job's result (None: none).
         self.result: bytes | None = None
+        #: Transactional units: monotonic time past which their open transaction is
+        #: reported as slow (``transaction_warning``; None: not watched, or reported).
+        self.warn_at: float | None = None
 
     @property
     def refs(self) -> tuple[LeaseRef, ...]:

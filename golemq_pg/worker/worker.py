@@ -199,6 +199,7 @@ class Worker:
         max_batch: int | None = ...,
         transactional: bool = ...,
         delete_on: DeleteOn | None = ...,
+        transaction_warning: Duration | None = ...,
     ) -> TypedHandler[P]: ...
 
     @overload
@@ -215,6 +216,7 @@ class Worker:
         max_batch: int | None = ...,
         transactional: bool = ...,
         delete_on: DeleteOn | None = ...,
+        transaction_warning: Duration | None = ...,
     ) -> Callable[[H], H]: ...
 
     def handler(
@@ -230,6 +232,7 @@ class Worker:
         max_batch: int | None = None,
         transactional: bool = False,
         delete_on: DeleteOn | None = None,
+        transaction_warning: Duration | None = None,
     ) -> Any:
         """Register the decorated function as the handler of ``job_type``.
 
@@ -237,13 +240,18 @@ class Worker:
         after the worker started, is an error. The function is returned unchanged. An
         ``async def`` handler runs as a task on the worker's event loop thread, with the
         same semantics (README.md, "Async handlers"); ``transactional=True`` needs a plain
-        function (``QueueConfigError`` otherwise).
+        function (``QueueConfigError`` otherwise). ``transaction_warning`` (seconds, > 0;
+        transactional handlers only, else ``QueueConfigError``): when the claim's
+        transaction stays open longer, the worker logs ``transaction_slow`` (no payload)
+        and reports a ``WorkerError`` of kind ``"transaction-slow"`` to observers'
+        ``on_error``, once per attempt.
         """
         options = {
             "concurrency": concurrency, "timeout": timeout,
             "serialize_by_scope": serialize_by_scope, "not_while_running": not_while_running,
             "waits_for": waits_for, "grouped": grouped, "max_batch": max_batch,
             "transactional": transactional, "delete_on": delete_on,
+            "transaction_warning": transaction_warning,
         }
         # Validate the options before the function is known, so a bad option fails at the
         # decorator line.

@@ -194,11 +194,14 @@ def test_listener_backs_off_while_the_server_is_unreachable(
         listener = PgListener("host=127.0.0.1 port=1 dbname=none connect_timeout=2",
                               {"jobs_channel": "jobs"})
         started = time.monotonic()
+        notes = []
         try:
             while time.monotonic() - started < 3.2:
-                assert listener.wait(0.25) == []
+                notes += listener.wait(0.25)
         finally:
             listener.close()
+    # The loss is said once, not per attempt.
+    assert [n.kind for n in notes] == ["lost"], notes
     # Backoff 0.1, 0.2, 0.4, 0.8, 1.6 s...: about 6 attempts in 3.2 s (not 26).
     assert 3 <= len(attempts) <= 8, len(attempts)
     warnings = [e for e in logs if e["log_level"] == "warning"]

@@ -91,6 +91,12 @@ BAD_HANDLER_OPTIONS: list[tuple[dict[str, Any], str]] = [
     ({"waits_for": ["t"]}, "itself"),
     ({"waits_for": [1]}, "waits_for"),
     ({"not_while_running": 5}, "not_while_running"),
+    ({"transaction_warning": 5}, "only applies to transactional handlers"),
+    ({"transactional": True, "transaction_warning": 0}, "transaction_warning .* > 0"),
+    ({"transactional": True, "transaction_warning": -1}, "transaction_warning .* > 0"),
+    ({"transactional": True, "transaction_warning": "5"}, "transaction_warning"),
+    ({"transactional": True, "transaction_warning": float("nan")}, "transaction_warning"),
+    ({"transactional": True, "transaction_warning": True}, "transaction_warning"),
 ]
 
 

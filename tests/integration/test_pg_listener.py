@@ -143,6 +143,11 @@ def test_listener_never_raises_while_the_server_is_unreachable() -> None:
     try:
         assert listener.connection is None
         started = time.monotonic()
+        # The loss is said once (a "lost" note with the error's type and first line).
+        notes = listener.wait(0.3)
+        assert [n.kind for n in notes] == ["lost"]
+        assert notes[0].items[0].startswith("OperationalError: ")
+        assert "\n" not in notes[0].items[0]
         assert listener.wait(0.3) == []
         assert time.monotonic() - started < 5
     finally:

@@ -21,6 +21,8 @@ SURFACE: dict[str, tuple[str, ...]] = {
         # Async producer; results and history; the registry; deployment options
         "AsyncPostgresStore", "AsyncQueue", "AttemptError", "WorkerSummary", "PausedType",
         "PreparedStatementsUnsupported", "JobAborted",
+        # System errors to observers (on_error)
+        "WorkerError",
     ),
     "golemq_pg.web": ("create_app",),
     "golemq_pg.metrics": ("PrometheusObserver", "QueueCollector"),

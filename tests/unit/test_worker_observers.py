@@ -1,6 +1,7 @@
 """ObserverHub: counting observers (count_transition, or count_transitions for a batch) get
 the counts without a Transition; the others get a Transition; a failing observer of either
-kind is contained; the Prometheus observer's deferred starts are counted by the next scrape."""
+kind is contained; the Prometheus observer's deferred starts are counted by the next scrape;
+system errors reach the observers defining on_error once per incident (ErrorReports)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 
 import structlog
 
-from golemq_pg import Scope, Transition
+from golemq_pg import Scope, Transition, WorkerError
 from golemq_pg.metrics import PrometheusObserver
-from golemq_pg.worker.observers import ObserverHub
+from golemq_pg.worker.observers import RELAPSE_WINDOW, ErrorReports, ObserverHub
 
 
 class Counting:
@@ -120,3 +121,79 @@ def test_prometheus_starts_deferred_by_the_hub_are_counted_by_the_next_scrape() 
     hub.count("succeeded", [("t", 0.0001)])  # the next batch counts the deferred start too
     counts = {(t, o): n for t, o, n, *_ in observer._tally.snapshot()["jobs"]}
     assert counts == {("t", "started"): 3, ("t", "succeeded"): 1}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Errors(Plain):
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[WorkerError] = []
+
+    def on_error(self, e: WorkerError) -> None:
+        self.errors.append(e)
+
+
+def test_a_failing_service_is_reported_once_per_incident() -> None:
+    clock, observer = Clock(), Errors()
+    reports = ErrorReports([observer, Plain()], "w1", clock=clock)
+    for _ in range(50):  # an outage: every retry fails
+        reports.failed("claim", ConnectionError("server closed the connection\nDETAIL: x"))
+        clock.now += 0.1
+    assert [(e.kind, e.error, e.worker_id) for e in observer.errors] == [
+        ("claim", "ConnectionError: server closed the connection", "w1")]
+    assert observer.errors[0].at.tzinfo is not None
+    reports.recovered("claim")
+    clock.now += RELAPSE_WINDOW / 2
+    reports.failed("claim", ConnectionError("again"))  # a relapse: the same incident
+    assert len(observer.errors) == 1
+    reports.recovered("claim")
+    clock.now += RELAPSE_WINDOW
+    reports.failed("claim", ConnectionError("a new outage"))
+    reports.failed("complete", TimeoutError())  # another kind: its own incident
+    assert [(e.kind, e.error) for e in observer.errors[1:]] == [
+        ("claim", "ConnectionError: a new outage"), ("complete", "TimeoutError")]
+
+
+def test_an_incident_of_several_sources_ends_when_every_one_recovered() -> None:
+    clock, observer = Clock(), Errors()
+    reports = ErrorReports([observer], "w1", clock=clock)
+    reports.failed("maintenance", OSError("down"), "reaper")
+    reports.failed("maintenance", OSError("down"), "heartbeat")
+    reports.recovered("maintenance", "reaper")
+    clock.now += 10
+    reports.failed("maintenance", OSError("down"), "reaper")  # heartbeat still fails
+    assert len(observer.errors) == 1
+    reports.recovered("maintenance", "reaper")
+    reports.recovered("maintenance", "heartbeat")
+    clock.now += 10
+    reports.failed("maintenance", OSError("down"), "history")
+    assert len(observer.errors) == 2
+
+
+def test_an_on_error_that_raises_is_logged_and_contained_and_others_still_get_it() -> None:
+    class Broken(Plain):
+        def on_error(self, e: WorkerError) -> None:
+            raise RuntimeError("secret payload in here")
+
+    observer = Errors()
+    reports = ErrorReports([Broken(), observer], "w1")
+    with structlog.testing.capture_logs() as logs:
+        reports.failed("listen", "OperationalError: connection lost")
+    assert [e.error for e in observer.errors] == ["OperationalError: connection lost"]
+    assert [(e["event"], e["observer"], e["kind"], e["error_type"]) for e in logs] == [
+        ("observer_failed", "Broken", "listen", "RuntimeError")]
+    assert "secret" not in repr(logs)
+
+
+def test_without_an_on_error_observer_nothing_is_tracked() -> None:
+    reports = ObserverHub([Plain()], "w1").errors
+    assert not reports.active
+    reports.failed("claim", ConnectionError("down"))
+    reports.recovered("claim")

@@ -4,7 +4,9 @@ store for ``queue.wait``, see ``_waiters``).
 The connection lives outside the pool (it holds session state: its LISTENs) and in
 autocommit mode. Losing it is never fatal: ``wait`` logs the error (never a payload),
 reconnects with a capped exponential backoff, LISTENs again and reports a ``reconnected``
-notification so the worker re-polls for whatever it missed meanwhile.
+notification so the worker re-polls for whatever it missed meanwhile. The loss itself is
+reported once, as a ``lost`` notification carrying the error's bounded text (its type and
+first line), before the ``reconnected`` that ends it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import orjson
 import psycopg
 import structlog
 
+from golemq_pg._errortext import error_text
 from golemq_pg.store.port import Notification
 from golemq_pg.store.postgres._sql import listen_statement
 
@@ -74,6 +77,10 @@ class PgListener:
         # which are short (the worker's listener thread waits a fraction of a second at a time).
         self._retry_at = 0.0
         self._failures = 0
+        #: A loss was reported (a ``lost`` note) and no connection made since.
+        self._down = False
+        #: The error text of a loss not yet reported (the next ``wait`` reports it).
+        self._loss: str | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = threading.Event()
         # Held while a thread waits on the connection; close() leaves the connection to it.
@@ -88,7 +95,21 @@ class PgListener:
         """The current LISTEN connection (None while disconnected); for tests and diagnostics."""
         return self._conn
 
+    def _lost(self, exc: psycopg.Error) -> None:
+        """Note a loss of the connection for the next ``wait`` to report (once per loss)."""
+        if not self._down:
+            self._down = True
+            self._loss = error_text(exc, with_type=True)
+
+    def _with_loss(self, found: list[Notification]) -> list[Notification]:
+        """``found``, after the ``lost`` note of a loss not yet reported."""
+        loss, self._loss = self._loss, None
+        if loss is None:
+            return found
+        return [Notification(kind="lost", items=(loss,)), *found]
+
     def _failed(self, event: str, exc: psycopg.Error) -> None:
+        self._lost(exc)
         self._failures += 1
         # Rate-limited: an outage means one attempt per backoff step, not one line each.
         if self._failures == 1 or self._failures % 20 == 0:
@@ -110,6 +131,7 @@ class PgListener:
             conn.close()
             return False
         self._conn = conn
+        self._down = False
         self._backoff = self._min_backoff
         self._retry_at = 0.0
         self._failures = 0
@@ -169,8 +191,8 @@ class PgListener:
                 return []
             if self._conn is None:
                 if self._reconnect(deadline):
-                    return [Notification(kind="reconnected", items=())]
-                return []
+                    return self._with_loss([Notification(kind="reconnected", items=())])
+                return self._with_loss([])
             conn = self._conn
             found: list[Notification] = []
             try:
@@ -182,13 +204,14 @@ class PgListener:
                 if self._closed.is_set():
                     return found
                 log.warning("listener_connection_lost", error=type(exc).__name__)
+                self._lost(exc)
                 self._drop()
                 if self._reconnect(deadline):
                     found.append(Notification(kind="reconnected", items=()))
             finally:
                 if self._closed.is_set():
                     self._drop()
-            return found
+            return self._with_loss(found)
 
     def close(self) -> None:
         """Stop listening and close the connection (idempotent)."""
