@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from golemq_pg._types import (
+        UNLIMITED,
         AttemptError,
         JobStatus,
         JobSummary,
@@ -67,12 +68,14 @@ _EXPORTS: dict[str, str] = {
     "Scope": "golemq_pg._types",
     "TerminalJobError": "golemq_pg.errors",
     "Transition": "golemq_pg._types",
+    "UNLIMITED": "golemq_pg._types",
     "Worker": "golemq_pg.worker",
     "WorkerSummary": "golemq_pg._types",
 }
 
 
 __all__ = [
+    "UNLIMITED",
     "AsyncPostgresStore",
     "AsyncQueue",
     "AttemptError",
