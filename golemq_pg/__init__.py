@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from golemq_pg._types import (
+        UNLIMITED,
         AttemptError,
         JobStatus,
         JobSummary,
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "Scope": "golemq_pg._types",
     "TerminalJobError": "golemq_pg.errors",
     "Transition": "golemq_pg._types",
+    "UNLIMITED": "golemq_pg._types",
     "Worker": "golemq_pg.worker",
     "WorkerError": "golemq_pg._types",
     "WorkerSummary": "golemq_pg._types",
@@ -75,6 +77,7 @@ _EXPORTS: dict[str, str] = {
 
 
 __all__ = [
+    "UNLIMITED",
     "AsyncPostgresStore",
     "AsyncQueue",
     "AttemptError",

@@ -6,9 +6,43 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 Duration = float | int | timedelta
+
+
+class Unlimited(enum.Enum):
+    """The type of :data:`UNLIMITED` (its only member)."""
+
+    UNLIMITED = "unlimited"
+
+    def __repr__(self) -> str:
+        return "UNLIMITED"
+
+
+#: ``max_attempts=UNLIMITED``: a job retried until it succeeds, fails terminally
+#: (``TerminalJobError``, a ``retry_strategy`` returning None) or is cancelled; each retry
+#: waits the usual backoff, capped by the worker's ``max_backoff``. Stored as NULL, read
+#: back as ``None`` (``JobSummary.max_attempts``, ``JobEvent.max_attempts``,
+#: ``RetryContext.max_attempts``). ``max_attempts=None`` keeps meaning "the default".
+UNLIMITED: Final = Unlimited.UNLIMITED
+
+def check_attempt_budget(value: object, what: str = "max_attempts") -> int | None:
+    """An attempt budget as the stores keep it: a positive int that fits the column (at
+    most 2**31-1), or None for :data:`UNLIMITED`. ``None`` itself is refused here (callers
+    resolve "the default" first). Errors are ``ValueError`` naming ``what``."""
+    if value is UNLIMITED:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive integer or UNLIMITED")
+    if value > 2**31 - 1:
+        raise ValueError(f"{what} must be at most {2**31 - 1} (2**31-1)")
+    return value
+
+
+#: What ``max_attempts=`` takes: a positive int (at most 2**31-1), :data:`UNLIMITED`, or
+#: None for the default that applies (the JobType's, else the enqueuer's).
+MaxAttempts = int | Literal[Unlimited.UNLIMITED] | None
 
 
 class JobStatus(enum.StrEnum):
@@ -106,7 +140,8 @@ class JobSummary:
     scope: Scope | None
     status: JobStatus
     attempts: int
-    max_attempts: int
+    #: The attempt budget; None when unlimited (``max_attempts=UNLIMITED``).
+    max_attempts: int | None
     last_error: str | None
     priority: int
     progress: float | dict[str, Any] | None
@@ -177,7 +212,8 @@ class RetryContext:
     job_id: str
     type: str
     attempt: int
-    max_attempts: int
+    #: The job's attempt budget; None when unlimited (``max_attempts=UNLIMITED``).
+    max_attempts: int | None
     error: BaseException
 
 
@@ -297,17 +333,29 @@ class JobType(Generic[P]):
     """A typed declaration of a job type: ``JobType("article.extract", ExtractPayload)``.
 
     The payload type parameter lets mypy check ``queue.add(ArticleExtract, {...})`` and
-    handler signatures; at run time only ``name`` and ``grouped`` matter.
+    handler signatures; at run time only ``name``, ``grouped`` and ``max_attempts`` matter.
+
+    ``max_attempts``: the attempt budget of this type's jobs when ``add``, ``add_many`` or
+    ``schedule`` is not given one (a positive int, :data:`UNLIMITED`, or None: the
+    enqueuer's default); checked here (``ValueError`` naming the field).
     """
 
-    __slots__ = ("grouped", "name", "payload_type")
+    __slots__ = ("grouped", "max_attempts", "name", "payload_type")
 
     def __init__(
-        self, name: str, payload_type: type[P] | None = None, *, grouped: bool = False
+        self,
+        name: str,
+        payload_type: type[P] | None = None,
+        *,
+        grouped: bool = False,
+        max_attempts: MaxAttempts = None,
     ) -> None:
         self.name = name
         self.payload_type = payload_type
         self.grouped = grouped
+        if max_attempts is not None:
+            check_attempt_budget(max_attempts, "max_attempts")
+        self.max_attempts: MaxAttempts = max_attempts
 
     def __repr__(self) -> str:
         return f"JobType({self.name!r}, grouped={self.grouped})"

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from golemq_pg._types import JobSummary, JobType, Scope
+from golemq_pg._types import UNLIMITED, JobSummary, JobType, Scope
 from golemq_pg._validation import check_status
 from golemq_pg.store.memory import InMemoryStore
 from golemq_pg.store.port import FindParams, JobStore
@@ -104,7 +104,8 @@ def assert_enqueued(
 ) -> JobSummary:
     """The newest job of ``type`` whose payload equals ``payload`` (when given) and whose
     :class:`~golemq_pg.JobSummary` fields equal ``fields`` (``scope=("Article", "a1")``,
-    ``status="pending"``, ``priority=5``, ``tags=("eu",)``, ``max_attempts=...``, ...).
+    ``status="pending"``, ``priority=5``, ``tags=("eu",)``, ``max_attempts=...`` (an int, or
+    ``UNLIMITED`` / None for an unlimited budget), ...).
 
     Raises ``AssertionError`` when none matches, saying what was expected, how many jobs
     of the type there are, and for the closest few (fewest differences first) which fields
@@ -150,6 +151,8 @@ def _normal(key: str, value: Any) -> Any:
         return check_status(value)
     if key == "tags" and value is not None and not isinstance(value, str):
         return tuple(value)
+    if key == "max_attempts" and value is UNLIMITED:
+        return None  # read back as None
     return value
 
 

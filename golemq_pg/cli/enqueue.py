@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from golemq_pg._errortext import error_text
+from golemq_pg._types import UNLIMITED, Unlimited
 from golemq_pg.cli.base import (
     DURATION,
     SCOPE,
@@ -51,26 +52,20 @@ class AwareTimestamp(click.ParamType[datetime]):
 
 
 class MaxAttempts(click.ParamType[int]):
-    """A positive attempt budget (at most 2**31-1, checked by the Queue)."""
+    """A positive attempt budget (at most 2**31-1, checked by the Queue), or ``unlimited``."""
 
-    name = "N"
+    name = "N|unlimited"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> Any:
-        """A positive int; ``unlimited`` when the queue has unlimited budgets."""
+        """A positive int, or :data:`~golemq_pg.UNLIMITED` for ``unlimited``."""
         if isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
             text = str(value).strip()
             if text.lower() == "unlimited":
-                import golemq_pg  # noqa: PLC0415
-
-                unlimited = getattr(golemq_pg, "UNLIMITED", None)
-                if unlimited is None:
-                    self.fail("unlimited attempt budgets are not available in this release",
-                              param, ctx)
-                return unlimited
+                return UNLIMITED
             try:
                 number = int(text)
             except ValueError:
@@ -104,13 +99,13 @@ def split_tags(values: tuple[str, ...]) -> list[str] | None:
               show_default=True)
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--max-attempts", type=MaxAttempts(), default=None,
-              help="Attempt budget (default: the queue's, 3).")
+              help="Attempt budget, or `unlimited` (default: the queue's, 3).")
 @click.option("--tags", "tag_values", multiple=True, metavar="A,B",
               help="Labels for `jobs --tag` (comma-separated or repeated; at most 16).")
 def enqueue(
     job_type: str, payload_json: str, scope: tuple[str, str] | None, delay: float | None,
     run_at: datetime | None, dedupe_key: str | None, on_duplicate: str, priority: int,
-    max_attempts: int | None, tag_values: tuple[str, ...],
+    max_attempts: int | Unlimited | None, tag_values: tuple[str, ...],
 ) -> None:
     """Enqueue one job; prints its id. JSON is an object, or - to read it from stdin."""
     ctx = click.get_current_context()

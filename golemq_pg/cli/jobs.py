@@ -19,7 +19,7 @@ import click
 from golemq_pg._errortext import error_text
 from golemq_pg._types import JobStatus, JobSummary
 from golemq_pg.cli.base import SCOPE, announce, db_options, open_store
-from golemq_pg.cli.views import console, short_time, table
+from golemq_pg.cli.views import budget_text, console, short_time, table
 
 #: The statuses ``--status`` accepts (``waiting`` is refused while JobStatus lacks it).
 STATUS_CHOICES = ("pending", "scheduled", "waiting", "running", "succeeded", "failed")
@@ -138,7 +138,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.text import Text  # noqa: PLC0415
 
     cells = [
-        [row["id"], Text(row["type"]), row["status"], str(row["attempts"]),
+        [row["id"], Text(row["type"]), row["status"],
+         f"{row['attempts']}/{budget_text(row['max_attempts'])}",
          short_time(row["run_at"]), Text(row["last_error"] or "")]
         for row in rows
     ]

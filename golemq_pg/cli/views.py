@@ -102,6 +102,11 @@ def render_workers(rows: Sequence[dict[str, Any]]) -> Any:
                  right=("pid", "running"), keep=("pid", "state", "running", "last seen"))
 
 
+def budget_text(max_attempts: int | None) -> str:
+    """An attempt budget as the tables print it: the number, or ``unlimited`` (None)."""
+    return "unlimited" if max_attempts is None else str(max_attempts)
+
+
 def job_detail(
     job: JobSummary, payload: Any = None, *, with_payload: bool = False
 ) -> dict[str, Any]:
@@ -164,6 +169,8 @@ def render_job(detail: dict[str, Any]) -> Any:
             value = f"{value['type']}:{value['id']}"
         elif key == "tags":
             value = ", ".join(value) or None
+        elif key == "max_attempts":
+            value = budget_text(value)
         elif isinstance(value, dict | list):
             value = json.dumps(value)
         summary.add_row(key, "-" if value is None else str(value))
@@ -211,6 +218,7 @@ def paused_lines(paused: dict[str, dict[str, str | None]]) -> list[Any]:
 
 __all__ = [
     "TABLE_WIDTH",
+    "budget_text",
     "console",
     "job_detail",
     "paused_json",

@@ -22,7 +22,8 @@ class AsyncQueue(AsyncRunner[AsyncPostgresStore | JobStore], QueueMethods):
     """Enqueue, schedule, cancel, wait for and inspect jobs from asyncio code.
 
     ``AsyncQueue(store, *, default_max_attempts=3, observers=())`` with an
-    ``AsyncPostgresStore`` (or a synchronous ``JobStore``: each call then runs in a thread).
+    ``AsyncPostgresStore`` (or a synchronous ``JobStore``: each call then runs in a thread);
+    ``default_max_attempts``: an int or ``UNLIMITED``, the budget of jobs added without one.
     ``await queue.wait(job_id)``: every task waiting on one store shares one LISTEN
     connection and holds no pooled connection while it waits.
     """

@@ -21,11 +21,17 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypedDict, TypeVar, ove
 import structlog
 
 from golemq_pg._stepping import drive, drive_async, start
-from golemq_pg._types import LifecycleObserver, Transition
-from golemq_pg._validation import check_max_attempts
+from golemq_pg._types import (
+    JobType,
+    LifecycleObserver,
+    MaxAttempts,
+    Transition,
+    Unlimited,
+    check_attempt_budget,
+)
 from golemq_pg.store import calls
 from golemq_pg.store.calls import AnyStore, StoreCall
-from golemq_pg.store.port import JobStore
+from golemq_pg.store.port import NO_BUDGET, JobStore
 
 log = structlog.get_logger("golemq_pg.queue")
 
@@ -59,21 +65,32 @@ class QueueCore(Generic[S]):
         self,
         store: S,
         *,
-        default_max_attempts: int = 3,
+        default_max_attempts: int | Unlimited = 3,
         observers: Sequence[LifecycleObserver] = (),
     ) -> None:
         self.store = store
-        self.default_max_attempts = check_max_attempts(default_max_attempts, "default_max_attempts")
+        #: The budget of jobs added without one (neither ``max_attempts=`` nor the
+        #: JobType's): None when it is ``UNLIMITED``.
+        self.default_max_attempts: int | None = check_attempt_budget(
+            default_max_attempts, "default_max_attempts"
+        )
         for observer in observers:
             if not callable(getattr(observer, "on_transition", None)):
                 raise ValueError("observers must have an on_transition(transition) method")
         self.observers = tuple(observers)
 
-    def _max_attempts(self, value: int | None) -> int:
-        """``max_attempts`` as given, validated, or the queue's default."""
+    def _max_attempts(
+        self, value: MaxAttempts, job_type: str | JobType[Any], *, default: bool = True
+    ) -> int | None:
+        """The budget a job gets: ``max_attempts`` as given (validated), else the JobType's,
+        else the queue's default; None means unlimited. With ``default=False`` (a schedule)
+        a job type without a budget of its own gets :data:`NO_BUDGET`: each tick takes the
+        default of whoever enqueues it."""
+        if value is None and isinstance(job_type, JobType):
+            value = job_type.max_attempts
         if value is None:
-            return self.default_max_attempts
-        return check_max_attempts(value, "max_attempts")
+            return self.default_max_attempts if default else NO_BUDGET
+        return check_attempt_budget(value, "max_attempts")
 
     def _notify(self, transition: Transition) -> None:
         """Tell every observer; one that raises is logged and contained."""

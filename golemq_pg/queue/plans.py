@@ -24,6 +24,7 @@ from golemq_pg._types import (
     JobStatus,
     JobSummary,
     JobType,
+    MaxAttempts,
     ScheduleSummary,
     ScopeLike,
     Transition,
@@ -77,7 +78,7 @@ def add(
     on_duplicate: Literal["reject", "replace"] = ...,
     run_at: datetime | None = ...,
     delay: Duration | None = ...,
-    max_attempts: int | None = ...,
+    max_attempts: MaxAttempts = ...,
     priority: int = ...,
     tags: Iterable[str] | None = ...,
     connection: Any = ...,
@@ -95,7 +96,7 @@ def add(
     on_duplicate: Literal["reject", "replace"] = ...,
     run_at: datetime | None = ...,
     delay: Duration | None = ...,
-    max_attempts: int | None = ...,
+    max_attempts: MaxAttempts = ...,
     priority: int = ...,
     tags: Iterable[str] | None = ...,
     connection: Any = ...,
@@ -112,7 +113,7 @@ def add(
     on_duplicate: Literal["reject", "replace"] = "reject",
     run_at: datetime | None = None,
     delay: Duration | None = None,
-    max_attempts: int | None = None,
+    max_attempts: MaxAttempts = None,
     priority: int = 0,
     tags: Iterable[str] | None = None,
     connection: Any = None,
@@ -123,7 +124,9 @@ def add(
     With ``connection`` (a psycopg connection) the row is written inside the caller's
     transaction and becomes visible when the caller commits. ``tags``: at most 16 labels
     for :meth:`find` (duplicates collapse); a replacing add replaces them with the
-    payload.
+    payload. ``max_attempts``: a positive int, ``UNLIMITED`` (retried until it succeeds,
+    fails terminally or is cancelled), or None: the JobType's, else the queue's
+    ``default_max_attempts``.
     """
     name = check_job_type(job_type)
     scope_v = check_scope(scope)
@@ -138,7 +141,7 @@ def add(
         # be enqueued as a new one, silently unlike what was asked.
         raise ValueError("on_duplicate='replace' needs a dedupe_key (it replaces by key)")
     run_at_v, delay_s = _when(run_at, delay)
-    attempts = q._max_attempts(max_attempts)
+    attempts = q._max_attempts(max_attempts, job_type)
     prio = check_int(priority, "priority")
     tags_v = check_tags(tags)
     encoded = encode_payload(name, payload)
@@ -176,7 +179,7 @@ def add_many(
     payloads: Iterable[P | _InferPayloadLast[P]],
     *,
     scope: ScopeLike | None = ...,
-    max_attempts: int | None = ...,
+    max_attempts: MaxAttempts = ...,
     priority: int = ...,
     run_at: datetime | None = ...,
     delay: Duration | None = ...,
@@ -192,7 +195,7 @@ def add_many(
     payloads: Iterable[Mapping[str, Any]],
     *,
     scope: ScopeLike | None = ...,
-    max_attempts: int | None = ...,
+    max_attempts: MaxAttempts = ...,
     priority: int = ...,
     run_at: datetime | None = ...,
     delay: Duration | None = ...,
@@ -207,7 +210,7 @@ def add_many(
     payloads: Iterable[Mapping[str, Any]],
     *,
     scope: ScopeLike | None = None,
-    max_attempts: int | None = None,
+    max_attempts: MaxAttempts = None,
     priority: int = 0,
     run_at: datetime | None = None,
     delay: Duration | None = None,
@@ -226,7 +229,7 @@ def add_many(
     if isinstance(payloads, Mapping | str | bytes):
         raise ValueError("payloads must be an iterable of mappings, not a single value")
     run_at_v, delay_s = _when(run_at, delay)
-    attempts = q._max_attempts(max_attempts)
+    attempts = q._max_attempts(max_attempts, job_type)
     prio = check_int(priority, "priority")
     tags_v = check_tags(tags)
     encoded = encode_payloads(name, payloads)
@@ -269,7 +272,7 @@ def schedule(
     start_at: datetime | None = None,
     scope: ScopeLike | None = None,
     priority: int = 0,
-    max_attempts: int | None = None,
+    max_attempts: MaxAttempts = None,
 ) -> QueuePlan[None]:
     """Declare (or update) a recurring schedule; idempotent across processes by ``key``.
 
@@ -281,6 +284,9 @@ def schedule(
     :mod:`golemq_pg._schedule` for the cadence rules and what happens after downtime.
     ``timezone`` is read by cron schedules only and ``repeat_from`` by ``every``
     schedules only: giving either to the other kind raises ``ValueError``.
+    ``max_attempts`` (else the JobType's) is each tick's budget; without one, each tick's
+    job gets the ``default_max_attempts`` of the worker that fires it (the jobs a worker
+    enqueues itself follow its default, as a queue's follow the queue's).
     """
     check_name(key, "schedule key")
     name = check_job_type(job_type)
@@ -307,7 +313,9 @@ def schedule(
         start = check_timestamp(start_at, "start_at")
     every_s = check_every(every) if every is not None else None
     prio = check_int(priority, "priority")
-    attempts = q._max_attempts(max_attempts)
+    # No budget given (nor on the JobType): each tick takes the default of whoever enqueues
+    # it (the firing worker's default_max_attempts).
+    attempts = q._max_attempts(max_attempts, job_type, default=False)
     encoded = encode_payload(name, payload)
     now = yield from calls.now()
     first: datetime | None = start
@@ -348,9 +356,12 @@ def schedules(q: QueueCore[Any]) -> QueuePlan[list[ScheduleSummary]]:
 def run_schedule_now(q: QueueCore[Any], key: str) -> QueuePlan[bool]:
     """Enqueue one job of schedule ``key`` now, as its tick would (same type, payload,
     scope, priority, attempts), even when the schedule is paused. Its cadence is kept (a
-    ``repeat_from="finished"`` schedule counts its next run from this job's finish). False
-    for an unknown key."""
-    found: str | None = yield from calls.schedule_run_now(check_name(key, "schedule key"))
+    ``repeat_from="finished"`` schedule counts its next run from this job's finish); a
+    schedule without a budget of its own gives this job the queue's default. False for an
+    unknown key."""
+    found: str | None = yield from calls.schedule_run_now(
+        check_name(key, "schedule key"), q.default_max_attempts
+    )
     return found is not None
 
 

@@ -18,8 +18,9 @@ from golemq_pg.store.port import JobStore
 class Queue(SyncRunner[JobStore], QueueMethods):
     """Enqueue, schedule, cancel and inspect jobs through a :class:`JobStore`.
 
-    ``Queue(store, *, default_max_attempts=3, observers=())``; observers see "enqueued" and
-    "cancelled" transitions. ``wait`` blocks the calling thread.
+    ``Queue(store, *, default_max_attempts=3, observers=())``; ``default_max_attempts``: an
+    int or ``UNLIMITED``, the budget of jobs added without one. Observers see "enqueued"
+    and "cancelled" transitions. ``wait`` blocks the calling thread.
     """
 
     add = sync_method(plans.add)

@@ -232,9 +232,12 @@ def schedule_resume(key: str, next_tick: NextTick) -> StoreCall[bool]:
     )
 
 
-def schedule_run_now(key: str) -> StoreCall[str | None]:
-    """``schedule_run_now(key)``."""
-    return StoreCall(lambda s: s.schedule_run_now(key), lambda s: s.schedule_run_now(key))
+def schedule_run_now(key: str, default_max_attempts: int | None) -> StoreCall[str | None]:
+    """``schedule_run_now(key, default_max_attempts)``."""
+    return StoreCall(
+        lambda s: s.schedule_run_now(key, default_max_attempts),
+        lambda s: s.schedule_run_now(key, default_max_attempts),
+    )
 
 
 # -- the dashboard and the metrics gauges -----------------------------------------------------

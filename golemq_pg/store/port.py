@@ -34,6 +34,10 @@ from golemq_pg.store.dashboard import DashboardReads
 LEASE_EXPIRED_ERROR = "LeaseExpired: lease expired before the job finished (worker lost)"
 #: ``last_error`` of a job whose lease expired with no attempt left (``failed-terminal``).
 LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
+#: A schedule's ``max_attempts`` when it has no budget of its own (stored as 0 in
+#: ``schedules.max_attempts``, where NULL is unlimited as in ``jobs``): each job a tick enqueues
+#: takes the default of whoever enqueues it (the firing worker's ``default_max_attempts``).
+NO_BUDGET = 0
 #: How many failed attempts a job's history keeps (``JobSummary.errors``), newest kept.
 HISTORY_LIMIT = 20
 
@@ -65,7 +69,7 @@ class EnqueueParams:
     on_duplicate: Literal["reject", "replace"] = "reject"
     run_at: datetime | None = None  # absolute due time; None => now() + delay
     delay: float = 0.0  # seconds from the database clock's now()
-    max_attempts: int = 3
+    max_attempts: int | None = 3  # None: unlimited (stored as NULL)
     priority: int = 0
     tags: tuple[str, ...] | None = None  # validated; None: no tags
     #: The producer span's W3C trace context (``traceparent``, ``tracestate``) when
@@ -85,7 +89,7 @@ class EnqueueManyParams:
     scope: Scope | None = None
     run_at: datetime | None = None
     delay: float = 0.0
-    max_attempts: int = 3
+    max_attempts: int | None = 3  # None: unlimited (stored as NULL)
     priority: int = 0
     tags: tuple[str, ...] | None = None  # the same tags on every job; None: no tags
     #: One producer span's trace context for every job of the call (see EnqueueParams).
@@ -169,7 +173,7 @@ class ClaimedJob(LeaseRef):
     payload: dict[str, Any]
     scope: Scope | None
     attempt: int
-    max_attempts: int
+    max_attempts: int | None  # None: unlimited
     priority: int
     enqueued_at: datetime
     lease_expires_at: datetime
@@ -380,7 +384,11 @@ class ScheduleParams:
     first_run_at: datetime | None  # None => now (interval) ; cron passes the next tick
     scope: Scope | None = None
     priority: int = 0
-    max_attempts: int = 3
+    #: The budget of each job a tick enqueues: an int, None (unlimited) or
+    #: :data:`NO_BUDGET` (none of its own: each job gets the default of whoever enqueues it,
+    #: the firing worker's ``default_max_attempts`` or, for ``schedule_run_now``, the
+    #: queue's).
+    max_attempts: int | None = NO_BUDGET
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,9 +603,12 @@ class JobStore(DashboardReads, Protocol):
     def schedule_list(self) -> list[ScheduleSummary]:
         """Every schedule, by key."""
 
-    def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
+    def schedule_fire_due(
+        self, next_tick: NextTick, limit: int = 100, default_max_attempts: int | None = 3
+    ) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids.
-        Paused schedules are skipped."""
+        Paused schedules are skipped. A schedule without a budget of its own
+        (:data:`NO_BUDGET`) gives its job ``default_max_attempts`` (None: unlimited)."""
 
     def schedule_pause(self, key: str) -> bool:
         """Pause a schedule: ``schedule_fire_due`` fires none of its ticks until
@@ -609,9 +620,10 @@ class JobStore(DashboardReads, Protocol):
         ``next_tick(schedule, now)`` (``_schedule.resumed_tick``: the first tick after now);
         a future tick, or none (waiting for its last job), is kept."""
 
-    def schedule_run_now(self, key: str) -> str | None:
+    def schedule_run_now(self, key: str, default_max_attempts: int | None = 3) -> str | None:
         """Enqueue one job of the schedule now, as a tick would (paused or not), keeping its
         cadence; a ``repeat_from="finished"`` schedule then waits for this job to finish.
+        A schedule without a budget of its own gives the job ``default_max_attempts``.
         Returns the job's id; None for an unknown key."""
 
     # -- metrics ----------------------------------------------------------------------------

@@ -92,9 +92,16 @@ class BackoffPolicy:
     uniform: Callable[[float, float], float] = random.uniform
 
     def decide(
-        self, job_id: str, job_type: str, attempt: int, max_attempts: int, error: BaseException
+        self,
+        job_id: str,
+        job_type: str,
+        attempt: int,
+        max_attempts: int | None,
+        error: BaseException,
     ) -> RetryDecision:
-        """Decide the fate of attempt ``attempt`` (1-based) that ended with ``error``.
+        """Decide the fate of attempt ``attempt`` (1-based) that ended with ``error``;
+        ``max_attempts`` None is unlimited: never exhausted, each delay still capped at
+        ``cap`` (``max_backoff``).
 
         * ``TerminalJobError`` fails now.
         * ``RetryableJobError(consumes_attempt=False)`` retries even at the last attempt,
@@ -110,7 +117,7 @@ class BackoffPolicy:
         if isinstance(error, RetryableJobError):
             consume = bool(error.consumes_attempt)
             floor = _finite_nonnegative(error.retry_after)
-        if consume and attempt >= max_attempts:
+        if consume and max_attempts is not None and attempt >= max_attempts:
             return RetryDecision(retry=False, error=text)
         delay: float | None = None
         if self.strategy is not None:

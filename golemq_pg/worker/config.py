@@ -22,6 +22,8 @@ from golemq_pg._types import (
     Resource,
     Retention,
     RetryStrategy,
+    Unlimited,
+    check_attempt_budget,
 )
 from golemq_pg._validation import (
     check_delete_on,
@@ -60,7 +62,7 @@ class WorkerOptions(TypedDict, total=False):
     max_backoff: Duration
     abandon_grace: Duration
     shutdown_grace: Duration
-    default_max_attempts: int
+    default_max_attempts: int | Unlimited
     worker_id: str | None
     resources: Mapping[str, Resource] | None
     retention: Retention | None
@@ -93,7 +95,9 @@ class WorkerConfig:
     max_backoff: float
     abandon_grace: float
     shutdown_grace: float
-    default_max_attempts: int
+    #: The budget of the jobs this worker enqueues itself (schedule ticks whose schedule has
+    #: none of its own); None: unlimited.
+    default_max_attempts: int | None
     worker_id: str
     resources: Mapping[str, Resource]
     retention: RetentionConfig | None
@@ -295,9 +299,10 @@ def build_config(options: WorkerOptions) -> WorkerConfig:
         raise QueueConfigError("max_backoff must be >= base_backoff")
     abandon = _seconds(get("abandon_grace", 5), "abandon_grace", positive=False)
     shutdown = _seconds(get("shutdown_grace", 15), "shutdown_grace", positive=False)
-    attempts = _positive_int(
-        get("default_max_attempts", 3), "default_max_attempts", upper=2**31 - 1
-    )
+    try:
+        attempts = check_attempt_budget(get("default_max_attempts", 3), "default_max_attempts")
+    except ValueError as exc:
+        raise QueueConfigError(str(exc)) from None
     worker_id = get("worker_id")
     owner = default_worker_id() if worker_id is None else _name(worker_id, "worker_id")
     retry_strategy: object = get("retry_strategy")

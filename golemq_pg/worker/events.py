@@ -99,7 +99,8 @@ class ProgressSink(Protocol):
 class JobEvent(Generic[P]):
     """One job as a handler sees it.
 
-    ``attempt`` is 1-based. ``connection`` is the claim transaction for transactional
+    ``attempt`` is 1-based; ``max_attempts`` is the job's budget, None when unlimited
+    (``max_attempts=UNLIMITED``). ``connection`` is the claim transaction for transactional
     handlers and ``None`` otherwise. The ``repr`` never shows the payload, so logging an
     event cannot leak it.
     """
@@ -130,7 +131,7 @@ class JobEvent(Generic[P]):
         type: str,
         payload: P,
         attempt: int = 1,
-        max_attempts: int = 1,
+        max_attempts: int | None = 1,
         scope: Scope | None = None,
         signal: CancelSignal | None = None,
         priority: int = 0,
@@ -141,7 +142,7 @@ class JobEvent(Generic[P]):
         self.type = type
         self.payload = payload
         self.attempt = attempt
-        self.max_attempts = max_attempts
+        self.max_attempts: int | None = max_attempts
         self.scope = scope
         self.signal = signal if signal is not None else CancelSignal()
         self.priority = priority
@@ -183,7 +184,8 @@ class JobEvent(Generic[P]):
     def __repr__(self) -> str:
         return (
             f"JobEvent(id={self.id!r}, type={self.type!r}, attempt={self.attempt}/"
-            f"{self.max_attempts}, scope={self.scope!r})"
+            f"{'unlimited' if self.max_attempts is None else self.max_attempts}, "
+            f"scope={self.scope!r})"
         )
 
 

@@ -299,7 +299,10 @@ class Maintenance(Service):
                 soonest.append((following - now).total_seconds())
             return following
 
-        created = runtime.store.schedule_fire_due(tick, SCHEDULE_BATCH)
+        # A schedule without a budget of its own gives its jobs this worker's default.
+        created = runtime.store.schedule_fire_due(
+            tick, SCHEDULE_BATCH, runtime.config.default_max_attempts
+        )
         if created:
             log.info("schedules_fired", worker_id=runtime.owner, jobs=len(created),
                      job_ids=created[:LOG_IDS])

@@ -78,8 +78,10 @@ class Outcomes:
         # A batch shares one decision (so its jobs stay together), taken at the batch's
         # attempt; a job whose own budget is spent is dead-lettered alone.
         first = jobs[0]
+        budgets = [job.max_attempts for job in jobs]
         decision = policy.decide(
-            first.id, first.type, unit.attempt, max(job.max_attempts for job in jobs), error
+            first.id, first.type, unit.attempt,
+            None if None in budgets else max(b for b in budgets if b is not None), error,
         )
         text = decision.error or describe_error(error)
         if not decision.retry:
@@ -88,7 +90,8 @@ class Outcomes:
         retries: list[RetryItem] = []
         fails: list[FailItem] = []
         for job in jobs:
-            if decision.consume_attempt and job.attempt >= job.max_attempts:
+            budget = job.max_attempts  # None: unlimited, never spent
+            if decision.consume_attempt and budget is not None and job.attempt >= budget:
                 fails.append(FailItem(job.id, job.lease_token, text, trace))
             else:
                 retries.append(

@@ -132,9 +132,12 @@ class Worker:
     their worker lives); with ``lease_duration``, every held job is renewed every
     ``lease_renew_interval``. See :mod:`golemq_pg.worker.leases`.
 
-    ``default_max_attempts`` is validated and kept for symmetry with ``Queue``: every job
-    carries the ``max_attempts`` it was enqueued with, and that is the budget the worker
-    honours. Only :meth:`run` installs signal handlers (main thread only).
+    ``default_max_attempts`` (an int or ``UNLIMITED``) is the budget of the jobs the worker
+    enqueues itself: the ticks of schedules declared without a ``max_attempts`` of their own
+    (nor their JobType's). Every other job carries the ``max_attempts`` it was enqueued with
+    (the producer's default applied then), and that is the budget the worker honours; an
+    unlimited one is never exhausted, its retries still waiting at most ``max_backoff``.
+    Only :meth:`run` installs signal handlers (main thread only).
 
     ``listen_dsn``: where the worker's LISTEN connection goes instead of the store's
     database, e.g. PostgreSQL directly while the store's pool goes through PgBouncer

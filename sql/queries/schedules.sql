@@ -94,7 +94,11 @@ WITH fire AS (
 ins AS (
     INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, priority, max_attempts,
                                schedule_key, run_at)
-    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority, s.max_attempts, s.key,
+    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority,
+           -- 0: no budget of its own, the enqueuer's default (NULL: unlimited; 0013)
+           CASE WHEN s.max_attempts = 0 THEN %(default_max_attempts)s::int
+                ELSE s.max_attempts END,
+           s.key,
            least(s.next_run_at, now())
       FROM {schema}.schedules s
       JOIN fire f ON f.key = s.key
@@ -154,7 +158,11 @@ WITH target AS MATERIALIZED (
 ins AS (
     INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, priority, max_attempts,
                                schedule_key, run_at)
-    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority, s.max_attempts, s.key,
+    SELECT s.type, s.payload, s.scope_type, s.scope_id, s.priority,
+           -- 0: no budget of its own, the enqueuer's default (NULL: unlimited; 0013)
+           CASE WHEN s.max_attempts = 0 THEN %(default_max_attempts)s::int
+                ELSE s.max_attempts END,
+           s.key,
            now()
       FROM {schema}.schedules s
       JOIN target t ON t.key = s.key

@@ -6,6 +6,7 @@ real database, one schema per test."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -108,6 +109,28 @@ def test_enqueue_takes_tags_priority_attempts_dedupe_key_and_run_at(
     zulu_job = pg_store.job_get(zulu.stdout.strip())
     assert zulu_job is not None
     assert zulu_job.run_at == datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_enqueue_takes_an_unlimited_budget_and_show_and_jobs_print_it(
+    pg_dsn: str, migrated: str, pg_store: PostgresStore
+) -> None:
+    result = run_cli("--schema", migrated, "enqueue", "sync.forever", "{}",
+                     "--max-attempts", "unlimited", dsn=pg_dsn)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    job = pg_store.job_get(job_id)
+    assert job is not None
+    assert job.max_attempts is None
+    shown = run_cli("--schema", migrated, "show", job_id, dsn=pg_dsn)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"max_attempts\s+unlimited", shown.stdout)
+    as_json = run_cli("--schema", migrated, "show", job_id, "--json", dsn=pg_dsn)
+    assert json.loads(as_json.stdout)["max_attempts"] is None
+    listed = run_cli("--schema", migrated, "jobs", dsn=pg_dsn)
+    assert listed.returncode == 0, listed.stderr
+    assert "0/unlimited" in listed.stdout
+    (line,) = _lines(run_cli("--schema", migrated, "jobs", "--json", dsn=pg_dsn).stdout)
+    assert line["max_attempts"] is None
 
 
 def timezone_plus_two() -> object:

@@ -46,7 +46,7 @@ def put(
     on_duplicate: str = "reject",
     run_at: datetime | None = None,
     delay: float = 0.0,
-    max_attempts: int = 3,
+    max_attempts: int | None = 3,
     priority: int = 0,
     grouped: bool = False,
 ) -> EnqueueResult:

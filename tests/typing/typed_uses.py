@@ -10,13 +10,16 @@ from datetime import timedelta
 from typing import Any, TypedDict, assert_type
 
 from golemq_pg import (
+    UNLIMITED,
     AsyncQueue,
     BatchEvent,
     InMemoryStore,
     JobEvent,
+    JobSummary,
     JobType,
     PostgresStore,
     Queue,
+    RetryContext,
     Worker,
 )
 from golemq_pg.store.port import TransactionalJobStore
@@ -157,3 +160,23 @@ async def check_async_queue(aqueue: AsyncQueue) -> None:
     assert_type(await aqueue.run_schedule_now("nightly"), bool)
     assert_type(await aqueue.pause_schedule("nightly"), bool)
     assert_type(await aqueue.resume_schedule("nightly"), bool)
+
+
+# -- attempt budgets: an int or UNLIMITED (None: the default); read back as int | None -----------
+Forever: JobType[dict[str, Any]] = JobType("sync.forever", max_attempts=UNLIMITED)
+queue.add("sync.forever", {}, max_attempts=UNLIMITED)
+queue.add(ArticleExtract, {"article_id": "a1"}, max_attempts=5)
+queue.add("sync.forever", {}, max_attempts="unlimited")  # expect: call-overload
+queue.add_many("sync.forever", [{}], max_attempts=UNLIMITED)
+queue.schedule("k", Forever, {}, every=60, max_attempts=UNLIMITED)
+Queue(store, default_max_attempts=UNLIMITED)
+AsyncQueue(store, default_max_attempts=UNLIMITED)
+Worker(store, default_max_attempts=UNLIMITED)
+Worker(store, default_max_attempts=None)  # expect: arg-type
+JobType("t", max_attempts=2.5)  # expect: arg-type
+
+
+def check_budgets(job: JobSummary, event: JobEvent[Any], ctx: RetryContext) -> None:
+    assert_type(job.max_attempts, int | None)
+    assert_type(event.max_attempts, int | None)
+    assert_type(ctx.max_attempts, int | None)

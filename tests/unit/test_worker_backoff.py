@@ -65,6 +65,16 @@ def test_ordinary_error_retries_until_the_last_attempt() -> None:
     assert last.error == "ValueError: bad"
 
 
+def test_an_unlimited_budget_never_runs_out_and_its_delay_stays_capped() -> None:
+    p = policy()
+    for attempt in (1, 3, 64, 10_000, 2**31 - 1):
+        decision = p.decide("1", "t", attempt, None, ValueError("x"))
+        assert decision.retry
+        assert 0 < decision.delay <= 300
+    assert p.decide("1", "t", 10_000, None, ValueError("x")).delay == 300
+    assert not p.decide("1", "t", 5, None, TerminalJobError("x")).retry
+
+
 def test_terminal_error_fails_at_once() -> None:
     decision = policy().decide("1", "t", 1, 5, TerminalJobError("gone"))
     assert not decision.retry

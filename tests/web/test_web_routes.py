@@ -13,7 +13,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from golemq_pg import JobStatus, PostgresStore, Queue
+from golemq_pg import UNLIMITED, JobStatus, PostgresStore, Queue
 from golemq_pg.store.port import FailItem, WorkerBeat
 from golemq_pg.web import create_app
 from tests.support.store_port import add, claim, slots
@@ -590,3 +590,18 @@ def _form_body(form: dict[str, str]) -> bytes:
         quote(k).encode() + b"=" + quote(v.encode("utf-8", "surrogateescape"), safe="").encode()
         for k, v in form.items()
     )
+
+
+def test_an_unlimited_budget_shows_as_unlimited_on_the_job_page_and_the_jobs_list(
+    dashboard: Dashboard, web_queue: Queue
+) -> None:
+    forever = web_queue.add("sync.forever", {}, max_attempts=UNLIMITED)
+    bounded = web_queue.add("sync.bounded", {}, max_attempts=4)
+    page = dashboard.get(f"/jobs/{forever}")
+    assert page.status_code == 200
+    assert "<dd>0 of unlimited</dd>" in page.text
+    assert "<dd>0 of 4</dd>" in dashboard.get(f"/jobs/{bounded}").text
+    listing = dashboard.get("/jobs")
+    assert listing.status_code == 200
+    assert '<td>0/<abbr title="unlimited">∞</abbr></td>' in listing.text
+    assert "<td>0/4</td>" in listing.text

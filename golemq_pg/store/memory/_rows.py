@@ -48,7 +48,7 @@ class JobRow:
     priority: int
     run_at: datetime
     attempts: int
-    max_attempts: int
+    max_attempts: int | None  # None: unlimited
     dedupe_key: str | None
     created_at: datetime
     updated_at: datetime
@@ -133,7 +133,7 @@ class ScheduleRow:
     payload: bytes
     scope: Scope | None
     priority: int
-    max_attempts: int
+    max_attempts: int | None  # None: unlimited; NO_BUDGET (0): the enqueuer's default
     cron: str | None
     every_seconds: float | None
     timezone: str

@@ -40,6 +40,7 @@ from golemq_pg.store.memory._workers import RegistryVerbs, WorkerBook
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
+    NO_BUDGET,
     CancelFilter,
     CancelledJob,
     ClaimBatch,
@@ -222,7 +223,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         scope: Any,
         priority: int,
         run_at: datetime,
-        max_attempts: int,
+        max_attempts: int | None,
         dedupe_key: str | None,
         now: datetime,
     ) -> JobRow:
@@ -404,7 +405,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             dead: list[str] = []
             for row in expired:
                 owner = row.lease_owner
-                if row.attempts >= row.max_attempts:
+                if row.max_attempts is not None and row.attempts >= row.max_attempts:
                     row.last_error = LEASE_EXHAUSTED_ERROR
                     row.record_attempt(LEASE_EXHAUSTED_ERROR, None, now)
                     if row.type in delete_types:
@@ -550,9 +551,10 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         with self._lock:
             return self._schedules.resume(key, next_tick, self._read_clock())
 
-    def schedule_run_now(self, key: str) -> str | None:
+    def schedule_run_now(self, key: str, default_max_attempts: int | None = 3) -> str | None:
         """Enqueue one job of the schedule now, as a tick would (paused or not); its id,
-        or None for an unknown key."""
+        or None for an unknown key. A schedule without a budget of its own gives the job
+        ``default_max_attempts``."""
         with self._lock:
             schedule = self._schedules.get(key)
             if schedule is None:
@@ -564,7 +566,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 schedule.scope,
                 schedule.priority,
                 now,
-                schedule.max_attempts,
+                _budget(schedule.max_attempts, default_max_attempts),
                 None,
                 now,
             )
@@ -574,8 +576,11 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             self._announce_due([row], now)
             return str(row.id)
 
-    def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
+    def schedule_fire_due(
+        self, next_tick: NextTick, limit: int = 100, default_max_attempts: int | None = 3
+    ) -> list[str]:
         """Enqueue one job per due schedule and advance it; returns the new job ids.
+        A schedule without a budget of its own gives its job ``default_max_attempts``.
 
         Each job's ``run_at`` is the tick it was fired for (at or before now, so due at once).
         ``next_tick`` returning None leaves the schedule waiting until the job it produced
@@ -600,7 +605,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                     schedule.scope,
                     schedule.priority,
                     due.next_run_at,  # the job's run_at is the tick it stands for
-                    schedule.max_attempts,
+                    _budget(schedule.max_attempts, default_max_attempts),
                     None,
                     now,
                 )
@@ -618,6 +623,11 @@ def _refuse_connection(connection: object) -> None:
             "InMemoryStore does not support connection=: there is no database transaction "
             "to enqueue into (use PostgresStore for transactional enqueue)"
         )
+
+
+def _budget(own: int | None, default: int | None) -> int | None:
+    """A scheduled job's budget: the schedule's own, else (NO_BUDGET) the default."""
+    return default if own == NO_BUDGET else own
 
 
 def _due_time(run_at: datetime | None, delay: float, now: datetime) -> datetime:

@@ -87,10 +87,15 @@ def _resume(ctx: PlanContext, key: str, next_tick: NextTick) -> Plan[bool]:
     return True
 
 
-def schedule_run_now(ctx: PlanContext, key: str) -> Plan[str | None]:
+def schedule_run_now(
+    ctx: PlanContext, key: str, default_max_attempts: int | None = 3
+) -> Plan[str | None]:
     """Enqueue one job of the schedule now (paused or not); its id, or None for an
-    unknown key."""
-    found = yield Rows(ctx.queries["schedule_run_now"], {"key": key})
+    unknown key. A schedule without a budget of its own gives ``default_max_attempts``."""
+    found = yield Rows(
+        ctx.queries["schedule_run_now"],
+        {"key": key, "default_max_attempts": default_max_attempts},
+    )
     return str(found[0][0]) if found else None
 
 
@@ -106,8 +111,11 @@ class ScheduleVerbs(StoreConnections):
     schedule_resume = sync_verb(schedule_resume)
     schedule_run_now = sync_verb(schedule_run_now)
 
-    def schedule_fire_due(self, next_tick: NextTick, limit: int = 100) -> list[str]:
-        """Enqueue one job per due schedule and advance it; returns the new job ids."""
+    def schedule_fire_due(
+        self, next_tick: NextTick, limit: int = 100, default_max_attempts: int | None = 3
+    ) -> list[str]:
+        """Enqueue one job per due schedule and advance it; returns the new job ids. A
+        schedule without a budget of its own gives its job ``default_max_attempts``."""
         with self._transaction() as conn:
             conn.execute(self._q["schedule_resume_finished"])
             due = conn.execute(self._q["schedule_claim_due"], {"limit": limit}).fetchall()
@@ -138,6 +146,8 @@ class ScheduleVerbs(StoreConnections):
             if not keys:
                 return []
             fired = conn.execute(
-                self._q["schedule_fire"], {"keys": keys, "next_run_ats": nexts}
+                self._q["schedule_fire"],
+                {"keys": keys, "next_run_ats": nexts,
+                 "default_max_attempts": default_max_attempts},
             ).fetchall()
         return [str(row[0]) for row in fired]
