@@ -3,8 +3,10 @@
 * **reaper** (every ``poll_interval``, between 0.1 s and 5 s): ``lease_recover_expired``
   returns jobs whose lease ran out to PENDING, or dead-letters them past their budget.
   Any worker reaps anyone's expired leases, so a SIGKILLed worker's jobs come back within
-  its lease plus one reaper interval. Observers see "reclaimed" or "failed-terminal" with
-  the error the store wrote to ``last_error`` (:data:`REAPED_ERRORS`).
+  its lease plus one reaper interval. This worker's observers see "reclaimed" (with
+  ``stuck_for``: seconds since the lease was last written) or "failed-terminal", with the
+  error the store wrote to ``last_error`` (:data:`REAPED_ERRORS`; a dead letter's keeps the
+  previous handler error after it).
 * **reconcile** (every ``poll_interval``): asks the store which of this worker's leases it
   still holds; a job that vanished was cancelled by another process (its handler is aborted
   with reason ``"cancelled"``), one that is still there belongs to someone else now
@@ -245,7 +247,8 @@ class Maintenance(Service):
             if hub:
                 for r in recovered:
                     hub.emit(r.id, r.type, r.scope, r.outcome, r.attempts,
-                             error=REAPED_ERRORS[r.outcome])
+                             error=r.error or REAPED_ERRORS[r.outcome],
+                             stuck_for=r.stuck_for if r.outcome == "reclaimed" else None)
             if len(recovered) < REAP_LIMIT or self.stop_event.is_set():
                 return
 

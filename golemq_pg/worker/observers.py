@@ -22,6 +22,7 @@ observer's cost. The hot paths (a unit starting, a completion write) ask :attr:`
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -97,6 +98,8 @@ class ObserverHub:
         error: str | None = None,
         duration: float | None = None,
         wait: float | None = None,
+        result: Any = None,
+        stuck_for: float | None = None,
     ) -> None:
         """Report one transition to every observer: counted by the counters, one
         :class:`Transition` built for the others."""
@@ -111,7 +114,8 @@ class ObserverHub:
                     self._failed(observer, exc, job_id, job_type, outcome)
         if self.each:
             self.emit_transition(job_id, job_type, scope, outcome, attempts, error=error,
-                                 duration=duration, wait=wait)
+                                 duration=duration, wait=wait, result=result,
+                                 stuck_for=stuck_for)
 
     def _started(self, started: tuple[Sequence[ClaimedJob], float]) -> None:
         """:attr:`started` for any mix of observers."""
@@ -171,6 +175,8 @@ class ObserverHub:
         error: str | None = None,
         duration: float | None = None,
         wait: float | None = None,
+        result: Any = None,
+        stuck_for: float | None = None,
     ) -> None:
         """Build one :class:`Transition` for the observers that are not counters (the
         caller counts it for the counters with :meth:`count`)."""
@@ -184,6 +190,8 @@ class ObserverHub:
             duration=duration,
             worker_id=self.worker_id,
             wait=wait,
+            result=result,
+            stuck_for=stuck_for,
         )
         for observer in self._transitions:
             try:

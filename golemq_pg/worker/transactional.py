@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 import structlog
 
 from golemq_pg import _trace_hook
@@ -287,8 +288,11 @@ class TransactionalPool:
         elif runtime.hub:
             job = unit.jobs[0]
             outcome = "succeeded" if job.id in written else "lease-lost"
+            stored = None
+            if outcome == "succeeded" and unit.result is not None and runtime.hub.each:
+                stored = orjson.loads(unit.result)
             runtime.hub.emit(job.id, job.type, job.scope, outcome, job.attempt,
-                             duration=unit.finished_at - unit.started_at)
+                             duration=unit.finished_at - unit.started_at, result=stored)
         return True
 
     def _own(self, unit: Unit) -> bool:
