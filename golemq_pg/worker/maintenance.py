@@ -258,18 +258,27 @@ class Maintenance(Service):
         units = runtime.held_units()
         if not units:
             return
-        refs = [ref for unit in units for ref in unit.refs]
+        # A job this worker holds twice (taken back by requeue_stale or the reaper, then
+        # claimed here again) is held under its newest lease only: the store answers by id,
+        # so the older unit is told lost here, not by the answer for the newer lease.
+        newest: dict[str, int] = {}
+        for unit in units:
+            for ref in unit.refs:
+                newest[ref.id] = max(newest.get(ref.id, ref.token), ref.token)
+        refs = [ref for unit in units for ref in unit.refs if newest[ref.id] == ref.token]
         held = runtime.store.lease_held(runtime.owner, refs)
         gone = [
             unit for unit in units
-            if not unit.settled and not all(ref.id in held for ref in unit.refs)
+            if not unit.settled
+            and not all(ref.id in held and newest[ref.id] == ref.token for ref in unit.refs)
         ]
         if not gone:
             return
         cancelled: list[Unit] = []
         lost: list[Unit] = []
         for unit in gone:
-            missing = next(ref.id for ref in unit.refs if ref.id not in held)
+            missing = next(ref.id for ref in unit.refs
+                           if ref.id not in held or newest[ref.id] != ref.token)
             if len(gone) <= LOOKUP_LIMIT and runtime.store.job_get(missing) is None:
                 cancelled.append(unit)
             else:

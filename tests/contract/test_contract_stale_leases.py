@@ -160,7 +160,7 @@ def test_a_lease_exhausted_dead_letter_keeps_the_previous_handler_error(
     assert (row.status, row.last_error) == (JobStatus.FAILED, expected)
     # the attempt's own history entry names the lease expiry alone
     assert [e.error for e in row.errors][-1] == LEASE_EXHAUSTED_ERROR
-    assert [e.error for e in row.errors][0] == boom
+    assert row.errors[0].error == boom
 
 
 def test_a_lease_exhausted_dead_letter_without_a_handler_error_says_only_that(
