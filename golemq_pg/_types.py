@@ -225,7 +225,11 @@ class Transition:
     """One lifecycle event of a job, delivered to observers.
 
     ``duration``: the handler's run time in seconds (on the outcome of an attempt);
-    ``wait``: seconds from the job's due time to its handler starting (on ``"started"``).
+    ``wait``: seconds from the job's due time to its handler starting (on ``"started"``);
+    ``result``: on ``"succeeded"``, the result stored with the job (what the handler
+    returned, as ``JobSummary.result`` reads it back), else None; ``stuck_for``: on
+    ``"reclaimed"``, seconds from the last write of the lease (its claim or renewal) to its
+    recovery by the reaper or ``queue.requeue_stale``, else None.
     """
 
     job_id: str
@@ -237,6 +241,8 @@ class Transition:
     duration: float | None = None
     worker_id: str | None = None
     wait: float | None = None
+    result: Any = None
+    stuck_for: float | None = None
 
 
 OUTCOMES = (

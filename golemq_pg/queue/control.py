@@ -1,6 +1,6 @@
 """Control of jobs and of types: the plans of the cancel methods, ``pause``, ``resume``,
-``paused``, ``retry`` and ``run_now``, methods of :class:`golemq_pg.Queue` and
-:class:`golemq_pg.AsyncQueue` (see ``queue.core``).
+``paused``, ``retry``, ``run_now`` and ``requeue_stale``, methods of
+:class:`golemq_pg.Queue` and :class:`golemq_pg.AsyncQueue` (see ``queue.core``).
 
 Kept apart from ``queue.plans`` so each stays readable. Every argument is validated before
 the store is called; bad input raises ``ValueError`` and changes nothing.
@@ -9,6 +9,7 @@ the store is called; bad input raises ``ValueError`` and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from golemq_pg import _local
@@ -20,10 +21,11 @@ from golemq_pg._validation import (
     check_pause_reason,
     check_required_scope,
     check_text,
+    to_seconds,
 )
 from golemq_pg.queue.core import QueueCore, QueuePlan
 from golemq_pg.store import calls
-from golemq_pg.store.port import CancelFilter, CancelledJob
+from golemq_pg.store.port import CancelFilter, CancelledJob, Reclaimed
 
 __all__ = [
     "cancel",
@@ -33,10 +35,14 @@ __all__ = [
     "delete",
     "pause",
     "paused",
+    "requeue_stale",
     "resume",
     "retry",
     "run_now",
 ]
+
+#: Most jobs one statement of :func:`requeue_stale` takes back (it repeats until done).
+REQUEUE_BATCH = 500
 
 
 def pause(
@@ -76,6 +82,44 @@ def run_now(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
     """Make one PENDING job parked in the future (scheduled, retry backoff) due now.
     False, and nothing changed, when it is already due, running, finished or unknown."""
     return bool((yield from calls.job_run_now(check_job_id(job_id))))
+
+
+def requeue_stale(
+    q: QueueCore[Any],
+    older_than: float | timedelta = 600,
+    types: Iterable[str | JobType[Any]] | None = None,
+) -> QueuePlan[int]:
+    """Take back RUNNING jobs whose lease was last written (claimed or renewed) more than
+    ``older_than`` seconds ago (a number >= 0 or a timedelta), expired or not, of ``types``
+    (None: every type), as the reaper takes back an expired lease: within its budget a job
+    is due again now, its attempt counted and ``last_error`` saying why; with no attempt
+    left it is dead-lettered. The old holder's lease is void: its late completion, failure
+    or renewal is refused (its worker aborts the handler as a lost lease). Observers see
+    "reclaimed" (with ``stuck_for``) or "failed-terminal". Returns how many jobs were taken
+    back."""
+    seconds = to_seconds(older_than, "older_than")
+    names: list[str] | None = None
+    if types is not None:
+        if isinstance(types, str | JobType):
+            raise ValueError("types must be an iterable of job types, not a single one")
+        try:
+            names = sorted({check_job_type(t) for t in types})
+        except TypeError:
+            raise ValueError("types must be an iterable of job types") from None
+        if not names:
+            return 0
+    taken = 0
+    while True:
+        batch: list[Reclaimed] = yield from calls.lease_requeue_stale(
+            seconds, names, REQUEUE_BATCH)
+        taken += len(batch)
+        if q.observers:
+            for r in batch:
+                q._notify(Transition(
+                    r.id, r.type, r.scope, r.outcome, r.attempts, error=r.error,
+                    stuck_for=r.stuck_for if r.outcome == "reclaimed" else None))
+        if len(batch) < REQUEUE_BATCH:
+            return taken
 
 
 # -- cancellation ------------------------------------------------------------------------

@@ -41,6 +41,7 @@ class QueueMethods:
     paused = QueueMethod(control.paused)
     retry = QueueMethod(control.retry)
     run_now = QueueMethod(control.run_now)
+    requeue_stale = QueueMethod(control.requeue_stale)
 
 
 __all__ = ["QueueMethods"]

@@ -48,6 +48,7 @@ from golemq_pg.store.port import (
     FindParams,
     JobStore,
     NextTick,
+    Reclaimed,
     ScheduleParams,
     TypeGauges,
 )
@@ -197,6 +198,14 @@ def job_retry(job_id: str) -> StoreCall[bool]:
 def job_run_now(job_id: str) -> StoreCall[bool]:
     """``job_run_now(job_id)``."""
     return StoreCall(lambda s: s.job_run_now(job_id), lambda s: s.job_run_now(job_id))
+
+
+def lease_requeue_stale(
+    older_than: float, types: Sequence[str] | None, limit: int
+) -> StoreCall[list[Reclaimed]]:
+    """``lease_requeue_stale(older_than, types, limit)``."""
+    return StoreCall(lambda s: s.lease_requeue_stale(older_than, types, limit),
+                     lambda s: s.lease_requeue_stale(older_than, types, limit))
 
 
 def job_delete(job_id: str) -> StoreCall[bool]:

@@ -38,6 +38,15 @@ LEASE_EXHAUSTED_ERROR = "LeaseExpired: attempts exhausted after lease expiry"
 #: ``schedules.max_attempts``, where NULL is unlimited as in ``jobs``): each job a tick enqueues
 #: takes the default of whoever enqueues it (the firing worker's ``default_max_attempts``).
 NO_BUDGET = 0
+#: ``last_error`` of a RUNNING job ``queue.requeue_stale`` sent back to PENDING.
+LEASE_STALE_ERROR = "LeaseStale: requeued, its lease unwritten for longer than older_than"
+#: ``last_error`` of a job ``queue.requeue_stale`` took back with no attempt left.
+LEASE_STALE_EXHAUSTED_ERROR = "LeaseStale: attempts exhausted after requeue_stale"
+#: What a dead letter of the reaper (or of ``requeue_stale``) on a job's last attempt puts
+#: between the text above and the previous handler error it keeps in ``last_error``.
+PREVIOUS_ERROR_SEPARATOR = "; previous error: "
+#: The longest previous handler error kept there (an error text's own bound).
+PREVIOUS_ERROR_LIMIT = 300
 #: How many failed attempts a job's history keeps (``JobSummary.errors``), newest kept.
 HISTORY_LIMIT = 20
 
@@ -282,6 +291,10 @@ class Reclaimed:
     attempts: int
     outcome: Literal["reclaimed", "failed-terminal"]
     lease_owner: str | None
+    #: Seconds from the last write of the lease (its claim or renewal) to its recovery.
+    stuck_for: float | None = None
+    #: The ``last_error`` written (a dead letter's keeps the previous handler error).
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,7 +506,18 @@ class JobStore(DashboardReads, Protocol):
         either way the attempt is appended to the history (``worker_id`` None), and the
         dead-lettered ids are announced with one "done" hint. A dead-lettered job of a type
         in ``delete_types`` (``delete_on="always"``) is deleted instead, still reported as
-        ``failed-terminal``."""
+        ``failed-terminal``. A job with an unlimited budget (``max_attempts`` None) is never
+        exhausted. A dead letter's ``last_error`` keeps the previous handler error after
+        :data:`PREVIOUS_ERROR_SEPARATOR` (cut to :data:`PREVIOUS_ERROR_LIMIT`)."""
+
+    def lease_requeue_stale(
+        self, older_than: float, types: Sequence[str] | None, limit: int = 500
+    ) -> list[Reclaimed]:
+        """``queue.requeue_stale``: what the reaper does to an expired lease, done to RUNNING
+        jobs (of ``types``; None: every type) whose lease was last written (claimed or
+        renewed) at least ``older_than`` seconds ago, expired or not, at most ``limit`` of
+        them (texts :data:`LEASE_STALE_ERROR` / :data:`LEASE_STALE_EXHAUSTED_ERROR`). The
+        old holder's lease is void: its late completion, failure or renewal is refused."""
 
     def lease_held(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """Which of these leases this owner still holds (the reconcile pass)."""

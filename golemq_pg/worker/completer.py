@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import structlog
 
 from golemq_pg._errortext import error_text
@@ -331,7 +332,10 @@ class Completer(Service):
                     job = _job(unit, item.id)
                     attempts = job.attempt
                     error = None
-                    if kind in (RETRY, FAIL):
+                    result = None
+                    if kind == COMPLETE:
+                        result = stored_result(item)
+                    elif kind in (RETRY, FAIL):
                         error = item.error
                         if kind == RETRY and not flag:
                             attempts -= 1
@@ -341,7 +345,7 @@ class Completer(Service):
                     if counted is not None:
                         counted.append((job.type, duration))
                     hub.emit_transition(job.id, job.type, job.scope, outcome, attempts,
-                                        error=error, duration=duration)
+                                        error=error, duration=duration, result=result)
         if counted:
             hub.count(outcome, counted)
         if unwritten:
@@ -372,6 +376,14 @@ class Completer(Service):
         if hub:
             for job in jobs:
                 hub.emit(job.id, job.type, job.scope, "lease-lost", job.attempt)
+
+
+def stored_result(item: object) -> Any:
+    """The result a completion item stores, decoded as ``JobSummary.result`` reads it back
+    (None: the handler returned nothing to store). Built only for observers that take a
+    :class:`~golemq_pg.Transition`; the counters never pay for it."""
+    encoded = item.result if type(item) is ResultRef else None
+    return None if encoded is None else orjson.loads(encoded)
 
 
 def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:

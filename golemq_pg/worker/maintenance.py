@@ -3,8 +3,10 @@
 * **reaper** (every ``poll_interval``, between 0.1 s and 5 s): ``lease_recover_expired``
   returns jobs whose lease ran out to PENDING, or dead-letters them past their budget.
   Any worker reaps anyone's expired leases, so a SIGKILLed worker's jobs come back within
-  its lease plus one reaper interval. Observers see "reclaimed" or "failed-terminal" with
-  the error the store wrote to ``last_error`` (:data:`REAPED_ERRORS`).
+  its lease plus one reaper interval. This worker's observers see "reclaimed" (with
+  ``stuck_for``: seconds since the lease was last written) or "failed-terminal", with the
+  error the store wrote to ``last_error`` (:data:`REAPED_ERRORS`; a dead letter's keeps the
+  previous handler error after it).
 * **reconcile** (every ``poll_interval``): asks the store which of this worker's leases it
   still holds; a job that vanished was cancelled by another process (its handler is aborted
   with reason ``"cancelled"``), one that is still there belongs to someone else now
@@ -254,7 +256,8 @@ class Maintenance(Service):
             if hub:
                 for r in recovered:
                     hub.emit(r.id, r.type, r.scope, r.outcome, r.attempts,
-                             error=REAPED_ERRORS[r.outcome])
+                             error=r.error or REAPED_ERRORS[r.outcome],
+                             stuck_for=r.stuck_for if r.outcome == "reclaimed" else None)
             if len(recovered) < REAP_LIMIT or self.stop_event.is_set():
                 return
 
@@ -264,18 +267,27 @@ class Maintenance(Service):
         units = runtime.held_units()
         if not units:
             return
-        refs = [ref for unit in units for ref in unit.refs]
+        # A job this worker holds twice (taken back by requeue_stale or the reaper, then
+        # claimed here again) is held under its newest lease only: the store answers by id,
+        # so the older unit is told lost here, not by the answer for the newer lease.
+        newest: dict[str, int] = {}
+        for unit in units:
+            for ref in unit.refs:
+                newest[ref.id] = max(newest.get(ref.id, ref.token), ref.token)
+        refs = [ref for unit in units for ref in unit.refs if newest[ref.id] == ref.token]
         held = runtime.store.lease_held(runtime.owner, refs)
         gone = [
             unit for unit in units
-            if not unit.settled and not all(ref.id in held for ref in unit.refs)
+            if not unit.settled
+            and not all(ref.id in held and newest[ref.id] == ref.token for ref in unit.refs)
         ]
         if not gone:
             return
         cancelled: list[Unit] = []
         lost: list[Unit] = []
         for unit in gone:
-            missing = next(ref.id for ref in unit.refs if ref.id not in held)
+            missing = next(ref.id for ref in unit.refs
+                           if ref.id not in held or newest[ref.id] != ref.token)
             if len(gone) <= LOOKUP_LIMIT and runtime.store.job_get(missing) is None:
                 cancelled.append(unit)
             else:

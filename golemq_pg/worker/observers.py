@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -194,6 +195,8 @@ class ObserverHub:
         error: str | None = None,
         duration: float | None = None,
         wait: float | None = None,
+        result: Any = None,
+        stuck_for: float | None = None,
     ) -> None:
         """Report one transition to every observer: counted by the counters, one
         :class:`Transition` built for the others."""
@@ -208,7 +211,8 @@ class ObserverHub:
                     self._failed(observer, exc, job_id, job_type, outcome)
         if self.each:
             self.emit_transition(job_id, job_type, scope, outcome, attempts, error=error,
-                                 duration=duration, wait=wait)
+                                 duration=duration, wait=wait, result=result,
+                                 stuck_for=stuck_for)
 
     def _started(self, started: tuple[Sequence[ClaimedJob], float]) -> None:
         """:attr:`started` for any mix of observers."""
@@ -268,6 +272,8 @@ class ObserverHub:
         error: str | None = None,
         duration: float | None = None,
         wait: float | None = None,
+        result: Any = None,
+        stuck_for: float | None = None,
     ) -> None:
         """Build one :class:`Transition` for the observers that are not counters (the
         caller counts it for the counters with :meth:`count`)."""
@@ -281,6 +287,8 @@ class ObserverHub:
             duration=duration,
             worker_id=self.worker_id,
             wait=wait,
+            result=result,
+            stuck_for=stuck_for,
         )
         for observer in self._transitions:
             try:

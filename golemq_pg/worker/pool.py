@@ -99,7 +99,7 @@ class TypePool:
         self.lease_seconds = runtime.config.lease_seconds(spec.timeout)
         #: Units held: buffered, running, or finished but not yet let go. Keyed by unit key.
         #: Plain dict operations are atomic under the GIL, so the hot path takes no lock.
-        self.active: dict[str, Unit] = {}
+        self.active: dict[tuple[str, int], Unit] = {}
         self._queue: queue.SimpleQueue[Unit | None] = queue.SimpleQueue()
         #: Where the claim loop puts this type's units (the handler threads' queue here).
         self.buffer: UnitBuffer = self._queue
@@ -239,7 +239,7 @@ class TypePool:
                     execute(self, slot, unit)
             except BaseException as exc:
                 log.exception(
-                    "slot_internal_error", type=self.type, job_id=unit.key,
+                    "slot_internal_error", type=self.type, job_id=unit.key[0],
                     error_type=type(exc).__name__,
                 )
             if slot.abandoned:

@@ -237,7 +237,7 @@ class TaskPool(TypePool):
                 await self.progress.flush(argument)
             executor.settle(self, unit, error)
         except Exception as exc:  # a bug here must not lose the slot
-            log.exception("slot_internal_error", type=self.type, job_id=unit.key,
+            log.exception("slot_internal_error", type=self.type, job_id=unit.key[0],
                           error_type=type(exc).__name__)
         finally:
             self._done(slot, unit)

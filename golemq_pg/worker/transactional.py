@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
 import structlog
 
 from golemq_pg import _trace_hook
@@ -140,7 +141,7 @@ class TransactionalPool:
         self.lease_seconds = runtime.config.lease_seconds(spec.timeout)
         #: delete_on "success" or "always": the completion deletes the row (same statement).
         self._delete_succeeded = (spec.delete_on or runtime.config.delete_on) != "never"
-        self.active: dict[str, Unit] = {}
+        self.active: dict[tuple[str, int], Unit] = {}
         #: Set when a claim found nothing due; cleared when one found a job.
         self.empty = threading.Event()
         self._cond = threading.Condition()
@@ -148,7 +149,7 @@ class TransactionalPool:
         self._hints = 0
         self._threads: list[threading.Thread] = []
         #: Unit key -> the claim connection, while the handler itself runs (interruptible).
-        self._connections: dict[str, Any] = {}
+        self._connections: dict[tuple[str, int], Any] = {}
         self._connections_lock = threading.Lock()
 
     # -- the interface the rest of the worker uses ------------------------------------------
@@ -203,7 +204,7 @@ class TransactionalPool:
                          daemon=True, name="golemq-tx-interrupt").start()
         return True
 
-    def _send_interrupt(self, interrupt: Any, key: str, conn: Any) -> None:
+    def _send_interrupt(self, interrupt: Any, key: tuple[str, int], conn: Any) -> None:
         with self._connections_lock:
             if self._connections.get(key) is not conn:  # the handler has finished meanwhile
                 return
@@ -296,8 +297,11 @@ class TransactionalPool:
         elif runtime.hub:
             job = unit.jobs[0]
             outcome = "succeeded" if job.id in written else "lease-lost"
+            stored = None
+            if outcome == "succeeded" and unit.result is not None and runtime.hub.each:
+                stored = orjson.loads(unit.result)
             runtime.hub.emit(job.id, job.type, job.scope, outcome, job.attempt,
-                             duration=unit.finished_at - unit.started_at)
+                             duration=unit.finished_at - unit.started_at, result=stored)
         return True
 
     def _own(self, unit: Unit) -> bool:

@@ -27,6 +27,10 @@ FINISHED = 2
 ABANDONED = 3
 
 
+#: A unit's key among those its worker holds: the first job's id and its lease token.
+UnitKey = tuple[str, int]
+
+
 class Slot:
     """One handler thread. ``abandoned`` is set when the supervisor writes it off."""
 
@@ -59,7 +63,7 @@ class UnitPool(Protocol):
         """The lease a claim of this type asks for."""
 
     @property
-    def active(self) -> dict[str, Unit]:
+    def active(self) -> dict[UnitKey, Unit]:
         """The units held, by unit key (a unit leaves it when its thread lets go)."""
 
     @property
@@ -106,7 +110,9 @@ class Unit:
     ) -> None:
         self.pool = pool
         self.jobs = jobs
-        self.key = jobs[0].id
+        #: Unique among the units a worker holds, even when it holds one job twice (taken
+        #: back by requeue_stale or the reaper, then claimed here again): id and lease token.
+        self.key = (jobs[0].id, jobs[0].lease_token)
         self.signal = CancelSignal()
         self.state = BUFFERED
         self.settled = False

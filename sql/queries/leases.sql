@@ -87,9 +87,10 @@ SELECT h.id
 -- name: job_progress
 -- One id: its primary-key descent is the only index the fence leaves (the status test is an
 -- expression no partial index on running rows can serve, as in the functions of 0007).
+-- updated_at is left alone: on a RUNNING row it is when the lease was last written (claimed
+-- or renewed), which the reaper and requeue_stale read (migration 0014).
 UPDATE {schema}.jobs j
-   SET progress = %(progress)s::jsonb,
-       updated_at = now()
+   SET progress = %(progress)s::jsonb
  WHERE j.id = %(id)s::bigint
    AND j.lease_token = %(token)s::bigint
    AND j.lease_owner = %(owner)s::text
@@ -98,15 +99,29 @@ RETURNING j.id
 
 
 -- name: lease_recover_expired
--- The reaper: reap_expired_leases() of migration 0009 (0008's history move, 0007's plan
--- settings; its header says what it writes and why it is a function). Expired RUNNING
+-- The reaper: reclaim_leases() of migration 0014 (0012's reaper, NULL-safe for unlimited
+-- budgets; its header says what it writes and why it is a function). Expired RUNNING
 -- leases, oldest expiry first, at most the limit, SKIP LOCKED: within budget due again now,
 -- past it dead-lettered into the history (deleted for a type in delete_types, still
 -- reported failed-terminal and announced on "done"); a keyed job superseded by a PENDING
 -- replacement deleted. The last_error texts arrive as parameters
 -- (golemq_pg.store.port.LEASE_EXPIRED_ERROR / LEASE_EXHAUSTED_ERROR), so the two stores and
--- the worker share one definition of them.
-SELECT r.id, r.type, r.scope_type, r.scope_id, r.attempts, r.outcome, r.lease_owner
-  FROM {schema}.reap_expired_leases(%(limit)s::int, %(delete_types)s::text[],
-                                    %(expired_error)s::text, %(exhausted_error)s::text,
-                                    %(history)s::int) r
+-- the worker share one definition of them. Each row also says how long its lease went
+-- unwritten (stuck_for) and the last_error written (a dead letter's keeps the previous
+-- handler error).
+SELECT r.id, r.type, r.scope_type, r.scope_id, r.attempts, r.outcome, r.lease_owner,
+       r.stuck_for, r.last_error
+  FROM {schema}.reclaim_leases(%(limit)s::int, NULL::float8, NULL::text[],
+                               %(delete_types)s::text[], %(expired_error)s::text,
+                               %(exhausted_error)s::text, %(history)s::int) r
+
+
+-- name: lease_requeue_stale
+-- queue.requeue_stale: the reaper's outcomes (reclaim_leases() of migration 0014) for RUNNING
+-- jobs whose lease was last written (claimed or renewed: updated_at) at least older_than
+-- seconds ago, expired or not, of the given types (NULL: all), at most the limit per call.
+SELECT r.id, r.type, r.scope_type, r.scope_id, r.attempts, r.outcome, r.lease_owner,
+       r.stuck_for, r.last_error
+  FROM {schema}.reclaim_leases(%(limit)s::int, %(older_than)s::float8, %(types)s::text[],
+                               %(delete_types)s::text[], %(expired_error)s::text,
+                               %(exhausted_error)s::text, %(history)s::int) r

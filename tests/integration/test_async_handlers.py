@@ -98,6 +98,10 @@ def test_async_handlers_have_the_outcomes_results_and_transitions_of_sync_ones(
         assert seen("async", what) == expected[what], what
         assert seen("sync", what) == expected[what], what
     assert loop_threads == {LOOP_THREAD}
+    # the "succeeded" transition carries the stored result
+    results = {t.job_id: t.result for t in rec.of("succeeded")}
+    assert results[ids[("async", "result")]] == results[ids[("sync", "result")]] == {"n": 7}
+    assert results[ids[("async", "ok")]] is None
 
 
 def test_a_thousand_sleeping_async_handlers_run_at_once_on_one_thread(

@@ -73,6 +73,8 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("cancel_by_dedupe_keys", ("t", "k"), {}),
     ("pause", ("t",), {"reason": "r" * 1001}),
     ("retry", ("-1",), {}),
+    ("requeue_stale", (), {"older_than": -1}),
+    ("requeue_stale", (), {"types": "t"}),
 ]
 
 

@@ -32,9 +32,10 @@ from tests.support.waiting import wait_until
 CANARY = "canary-result-r77"
 
 
-def test_returned_values_are_stored_as_results(store: Any) -> None:
+def test_returned_values_are_stored_as_results_and_given_to_observers(store: Any) -> None:
     queue = Queue(store)
-    worker = fast_worker(store)
+    seen = Recorder()
+    worker = fast_worker(store, observers=[seen])
     values: dict[str, Any] = {
         "mapping": {"url": "s3://reports/r1.pdf", "pages": [1, 2]},
         "list": [1, "two", 3.5, None],
@@ -58,6 +59,10 @@ def test_returned_values_are_stored_as_results(store: Any) -> None:
         expected = None if kind in ("none", "true") else values[kind]
         assert summary.result == expected, kind
         assert summary.errors == ()
+        # the "succeeded" transition carries the stored result, as read back
+        (done,) = [t for t in seen.of("succeeded") if t.job_id == job_id]
+        assert done.result == summary.result, kind
+    assert all(t.result is None for t in seen.transitions if t.outcome != "succeeded")
 
 
 def test_false_is_still_retried_and_stores_no_result(store: Any) -> None:
@@ -141,7 +146,8 @@ def test_a_result_that_cannot_be_stored_fails_the_job_terminally(
 
 def test_transactional_handlers_store_their_result(pg_store: PostgresStore) -> None:
     queue = Queue(pg_store)
-    worker = Worker(pg_store, poll_interval=0.05)
+    seen = Recorder()
+    worker = Worker(pg_store, poll_interval=0.05, observers=[seen])
 
     @worker.handler("tx", transactional=True)
     def tx(job: JobEvent[Any]) -> Any:
@@ -157,6 +163,8 @@ def test_transactional_handlers_store_their_result(pg_store: PostgresStore) -> N
     summary = queue.get(good)
     assert summary is not None
     assert (summary.status, summary.result) == (JobStatus.SUCCEEDED, {"n": 3})
+    (done,) = seen.of("succeeded")
+    assert (done.job_id, done.result) == (good, {"n": 3})
     failed = queue.get(bad)
     assert failed is not None
     assert (failed.status, failed.attempts) == (JobStatus.FAILED, 1)

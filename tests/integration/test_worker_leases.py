@@ -12,8 +12,10 @@ import structlog
 from psycopg import sql
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from golemq_pg.store.port import LEASE_EXPIRED_ERROR, ClaimRequest
 from tests.support.ledgers import effects, effects_table, job_rows, record_effect
 from tests.support.observers import Recorder
+from tests.support.store_port import SHORT_LEASE, slots
 from tests.support.waiting import wait_until
 from tests.support.workers import spawn_worker
 
@@ -276,3 +278,52 @@ def test_reaper_recovers_the_jobs_of_a_killed_worker(pg_store: PostgresStore,
         assert summary.attempts == 2  # the killed attempt counts
     rescued = [row for row in effects(pg_dsn, schema) if row[2] == "rescuer"]
     assert sorted(row[0] for row in rescued) == sorted(ids)  # type: ignore[type-var]
+
+
+def test_a_workers_observers_see_its_reapers_reclaims_with_how_long_they_were_stuck(
+    pg_store: PostgresStore,
+) -> None:
+    queue = Queue(pg_store)
+    job_id = queue.add("lost.type", {})
+    assert job_id
+    # a worker that died holding the job (a lease written once, never renewed)
+    pg_store.job_claim(ClaimRequest(owner="gone", types=[slots("lost.type", lease=0.5)]))
+    seen = Recorder()
+    reaper = Worker(pg_store, poll_interval=0.05, worker_id="reaper", observers=[seen])
+    reaper.start()  # handles nothing: it only reaps
+    try:
+        (taken,) = seen.wait_for("reclaimed")
+    finally:
+        reaper.stop()
+    assert (taken.job_id, taken.type, taken.attempts, taken.worker_id) == (
+        job_id, "lost.type", 1, "reaper")
+    assert taken.error == LEASE_EXPIRED_ERROR
+    assert taken.stuck_for is not None
+    assert 0.5 <= taken.stuck_for < 15
+    assert taken.result is None
+
+
+def test_the_reaper_never_exhausts_a_job_without_an_attempt_budget(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    # max_attempts NULL is an unlimited budget (UNLIMITED); the column is made nullable here
+    # as the migration that brings UNLIMITED makes it
+    queue = Queue(pg_store)
+    job_id = queue.add("forever", {}, max_attempts=1)
+    assert job_id
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        jobs = sql.Identifier(pg_store.schema, "jobs")
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN max_attempts DROP NOT NULL")
+                     .format(jobs))
+        conn.execute(sql.SQL("UPDATE {} SET max_attempts = NULL WHERE id = %s").format(jobs),
+                     (int(job_id),))
+    for attempt in (1, 2, 3):
+        (held,) = pg_store.job_claim(
+            ClaimRequest(owner="gone", types=[slots("forever", lease=SHORT_LEASE)]))
+        assert held.attempt == attempt
+        (taken,) = wait_until(pg_store.lease_recover_expired, timeout=10)
+        assert (taken.id, taken.outcome, taken.attempts) == (job_id, "reclaimed", attempt)
+    summary = queue.get(job_id)
+    assert summary is not None
+    assert (summary.status, summary.attempts) == (JobStatus.PENDING, 3)
+    assert summary.last_error == LEASE_EXPIRED_ERROR

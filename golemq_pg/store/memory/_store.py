@@ -40,7 +40,11 @@ from golemq_pg.store.memory._workers import RegistryVerbs, WorkerBook
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
+    LEASE_STALE_ERROR,
+    LEASE_STALE_EXHAUSTED_ERROR,
     NO_BUDGET,
+    PREVIOUS_ERROR_LIMIT,
+    PREVIOUS_ERROR_SEPARATOR,
     CancelFilter,
     CancelledJob,
     ClaimBatch,
@@ -377,13 +381,12 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
     def job_progress(self, owner: str, item: LeaseRef, progress: float | dict[str, Any]) -> bool:
         """Persist progress for a held lease; False when the lease is no longer held."""
         with self._lock:
-            now = self._read_clock()
             held = self._held(owner, [item])
             if not held:
                 return False
             row = held[0][0]
+            # updated_at stays: on a RUNNING row it is when the lease was last written
             row.progress = copy_progress(progress)
-            row.updated_at = now
             return True
 
     def lease_recover_expired(
@@ -401,36 +404,77 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 ),
                 key=lambda r: (r.lease_expires_at or now, r.id),
             )[: max(limit, 0)]
-            recovered = []
-            dead: list[str] = []
-            for row in expired:
-                owner = row.lease_owner
-                if row.max_attempts is not None and row.attempts >= row.max_attempts:
-                    row.last_error = LEASE_EXHAUSTED_ERROR
-                    row.record_attempt(LEASE_EXHAUSTED_ERROR, None, now)
-                    if row.type in delete_types:
-                        self._jobs.delete(row)
-                    else:
-                        self._jobs.finish(row, JobStatus.FAILED, now)
-                    exhausted = True
-                    dead.append(str(row.id))
+            return self._reclaim(expired, now, delete_types,
+                                 LEASE_EXPIRED_ERROR, LEASE_EXHAUSTED_ERROR)
+
+    def lease_requeue_stale(
+        self, older_than: float, types: Sequence[str] | None, limit: int = 500
+    ) -> list[Reclaimed]:
+        """``queue.requeue_stale``: the reaper's outcomes for RUNNING jobs (of ``types``;
+        None: all) whose lease was last written at least ``older_than`` seconds ago."""
+        with self._lock:
+            now = self._read_clock()
+            cutoff = now - timedelta(seconds=older_than)
+            wanted = None if types is None else set(types)
+            stale = sorted(
+                (
+                    row
+                    for row in self._jobs.running.values()
+                    if row.updated_at <= cutoff and (wanted is None or row.type in wanted)
+                ),
+                key=lambda r: (r.lease_expires_at or now, r.id),
+            )[: max(limit, 0)]
+            return self._reclaim(stale, now, (),
+                                 LEASE_STALE_ERROR, LEASE_STALE_EXHAUSTED_ERROR)
+
+    def _reclaim(
+        self, found: list[JobRow], now: datetime, delete_types: Sequence[str],
+        expired_error: str, exhausted_error: str,
+    ) -> list[Reclaimed]:
+        """What reclaim_leases() (migration 0014) does to each row found: due again now
+        within budget (a superseded keyed job deleted), dead-lettered past it with the
+        previous handler error kept in ``last_error``; an unlimited budget is never spent.
+        A RUNNING row's ``updated_at`` is when its lease was last written."""
+        recovered = []
+        dead: list[str] = []
+        for row in found:
+            owner = row.lease_owner
+            stuck = max((now - row.updated_at).total_seconds(), 0.0)
+            budget: int | None = row.max_attempts
+            if budget is not None and row.attempts >= budget:
+                error = exhausted_error
+                previous = next((e.error for e in reversed(row.errors)
+                                 if e.worker_id is not None and e.error), None)
+                if previous is not None:
+                    error += PREVIOUS_ERROR_SEPARATOR + previous[:PREVIOUS_ERROR_LIMIT]
+                row.last_error = error
+                row.record_attempt(exhausted_error, None, now)
+                if row.type in delete_types:
+                    self._jobs.delete(row)
                 else:
-                    row.last_error = LEASE_EXPIRED_ERROR
-                    row.record_attempt(LEASE_EXPIRED_ERROR, None, now)
-                    self._jobs.back_to_pending(row, now, now)
-                    exhausted = False
-                recovered.append(
-                    Reclaimed(
-                        id=str(row.id),
-                        type=row.type,
-                        scope=row.scope,
-                        attempts=row.attempts,
-                        outcome="failed-terminal" if exhausted else "reclaimed",
-                        lease_owner=owner,
-                    )
+                    self._jobs.finish(row, JobStatus.FAILED, now)
+                exhausted = True
+                dead.append(str(row.id))
+            else:
+                error = expired_error
+                row.last_error = expired_error
+                row.record_attempt(expired_error, None, now)
+                self._jobs.back_to_pending(row, now, now)
+                exhausted = False
+            recovered.append(
+                Reclaimed(
+                    id=str(row.id),
+                    type=row.type,
+                    scope=row.scope,
+                    attempts=row.attempts,
+                    outcome="failed-terminal" if exhausted else "reclaimed",
+                    lease_owner=owner,
+                    stuck_for=stuck,
+                    error=error,
                 )
-            self._announce_done(dead)
-            return recovered
+            )
+        self._announce_done(dead)
+        return recovered
 
     # -- inspection and administration -----------------------------------------------------
     def job_get(self, job_id: str) -> JobSummary | None:

@@ -265,6 +265,7 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
     job_retry = async_verb(_control.job_retry)
     job_run_now = async_verb(_control.job_run_now)
     job_delete = async_verb(_control.job_delete)
+    lease_requeue_stale = async_verb(_control.lease_requeue_stale)
     worker_list = async_verb(_registry.worker_list)
     # -- the dashboard's reads and its bulk retry, and the metrics gauges
     dashboard_overview = async_verb(_dashboard.dashboard_overview)

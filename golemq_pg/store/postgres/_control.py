@@ -1,4 +1,5 @@
-"""The control verbs of PostgresStore: pause / resume a type, retry or run one job now.
+"""The control verbs of PostgresStore: pause / resume a type, retry or run one job now,
+take stale leases back (``requeue_stale``).
 
 Each is one statement of ``sql/queries/control.sql``, fenced on the row's current state
 (``status = 'failed'``; ``status = 'pending' AND run_at > now()``), so a verb racing a claim,
@@ -15,6 +16,12 @@ from collections.abc import Sequence
 from psycopg import errors as pg_errors
 
 from golemq_pg._types import PausedType
+from golemq_pg.store.port import (
+    HISTORY_LIMIT,
+    LEASE_STALE_ERROR,
+    LEASE_STALE_EXHAUSTED_ERROR,
+    Reclaimed,
+)
 from golemq_pg.store.postgres import _rows as rows
 from golemq_pg.store.postgres._connections import StoreConnections, sync_verb
 from golemq_pg.store.postgres._plans import IN_TRANSACTION, Plan, PlanContext, Rows
@@ -73,6 +80,24 @@ def job_run_now_types(ctx: PlanContext, types: Sequence[str]) -> Plan[int]:
     return int((yield Rows(ctx.queries["job_run_now_types"], {"types": list(types)}))[0][0])
 
 
+def lease_requeue_stale(
+    ctx: PlanContext, older_than: float, types: Sequence[str] | None, limit: int = 500
+) -> Plan[list[Reclaimed]]:
+    """RUNNING jobs whose lease was last written at least ``older_than`` seconds ago (of
+    ``types``; None: all) get the reaper's outcome, at most ``limit`` of them (migration
+    0014's reclaim_leases)."""
+    args = {
+        "limit": limit,
+        "older_than": float(older_than),
+        "types": None if types is None else list(types),
+        "delete_types": [],
+        "expired_error": LEASE_STALE_ERROR,
+        "exhausted_error": LEASE_STALE_EXHAUSTED_ERROR,
+        "history": HISTORY_LIMIT,
+    }
+    return [rows.reclaimed(r) for r in (yield Rows(ctx.queries["lease_requeue_stale"], args))]
+
+
 def job_delete(ctx: PlanContext, job_id: str) -> Plan[bool]:
     """Delete one finished job (its history row, or an older release's finished row in
     ``jobs``); False when it is live or unknown. The history's count triggers keep the
@@ -85,8 +110,8 @@ def job_delete(ctx: PlanContext, job_id: str) -> Plan[bool]:
 
 class ControlVerbs(StoreConnections):
     """``type_pause``, ``type_resume``, ``type_paused``, ``job_retry``, ``job_run_now``,
-    ``job_run_now_types``, ``job_delete`` (see the module docstring; plans shared with
-    AsyncPostgresStore)."""
+    ``job_run_now_types``, ``job_delete``, ``lease_requeue_stale`` (see the module
+    docstring; plans shared with AsyncPostgresStore)."""
 
     type_pause = sync_verb(type_pause)
     type_resume = sync_verb(type_resume)
@@ -95,3 +120,4 @@ class ControlVerbs(StoreConnections):
     job_run_now = sync_verb(job_run_now)
     job_run_now_types = sync_verb(job_run_now_types)
     job_delete = sync_verb(job_delete)
+    lease_requeue_stale = sync_verb(lease_requeue_stale)

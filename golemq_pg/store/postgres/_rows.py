@@ -216,8 +216,8 @@ def cancelled(row: Sequence[Any]) -> CancelledJob:
 
 
 def reclaimed(row: Sequence[Any]) -> Reclaimed:
-    """A Reclaimed from a row of ``lease_recover_expired``."""
-    job_id, job_type, scope_type, scope_id, attempts, outcome, lease_owner = row
+    """A Reclaimed from a row of ``lease_recover_expired`` or ``lease_requeue_stale``."""
+    job_id, job_type, scope_type, scope_id, attempts, outcome, lease_owner, stuck, error = row
     return Reclaimed(
         id=str(job_id),
         type=job_type,
@@ -225,6 +225,8 @@ def reclaimed(row: Sequence[Any]) -> Reclaimed:
         attempts=attempts,
         outcome="failed-terminal" if outcome == "failed-terminal" else "reclaimed",
         lease_owner=lease_owner,
+        stuck_for=None if stuck is None else float(stuck),
+        error=error,
     )
 
 
