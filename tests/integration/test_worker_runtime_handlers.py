@@ -6,6 +6,7 @@ raise ``QueueConfigError`` and change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -357,7 +358,6 @@ def test_set_concurrency_raises_and_lowers_the_parallelism(pg_store: Any, kind: 
             gauge.leave()
 
     else:
-        import asyncio
 
         @worker.handler("par", concurrency=1)
         async def apar(job: JobEvent[Any]) -> None:
