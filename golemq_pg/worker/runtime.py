@@ -11,6 +11,7 @@ seen here through the small protocols below.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -21,6 +22,9 @@ from golemq_pg.worker.handlers import HandlerSpec
 from golemq_pg.worker.observers import ObserverHub
 from golemq_pg.worker.units import Unit, UnitPool
 
+#: How long room given back under ``max_concurrency`` is kept for the claimants refused
+#: room before (the claim loop, transactional threads), in turn (:meth:`Runtime.take_room`).
+HANDOFF = 0.05
 #: Most job ids listed in one log line; the count is always logged.
 LOG_IDS = 20
 
@@ -94,19 +98,36 @@ class Runtime:
         #: transactional threads' jobs; guarded by ``_room_lock``.
         self.promised = 0
         self._room_lock = threading.Lock()
+        #: Claimants refused room, and since when (see :meth:`take_room`).
+        self._refused: dict[str, float] = {}
+        self._freed_at = 0.0
 
     # -- the worker-wide cap (max_concurrency) ------------------------------------------------
-    def take_room(self, wanted: int) -> int:
+    def take_room(self, wanted: int, claimant: str = "") -> int:
         """Promise up to ``wanted`` jobs of the worker-wide room (``max_concurrency``) to a
         claim about to be sent; returns how many were granted (``wanted`` without a cap).
-        Held units of buffered types count against it, and so does what is promised."""
+        Held units of buffered types count against it, and so does what is promised.
+
+        ``claimant`` ("": the claim loop, else a transactional type): room freed less than
+        :data:`HANDOFF` ago goes first to the claimants refused room before this one, in the
+        order they were refused, so a thread that frees room cannot take it straight back."""
         cap = self.config.max_concurrency
         if cap is None or wanted <= 0:
             return max(wanted, 0)
+        now = time.monotonic()
         with self._room_lock:
             used = self.promised + sum(len(pool.active) for pool in self.pools.values())
-            granted = max(min(wanted, cap - used), 0)
+            room = cap - used
+            if now - self._freed_at < HANDOFF:
+                mine = self._refused.get(claimant, now)
+                room -= sum(1 for who, since in self._refused.items()
+                            if who != claimant and since < mine)
+            granted = max(min(wanted, room), 0)
             self.promised += granted
+            if granted:
+                self._refused.pop(claimant, None)
+            else:
+                self._refused.setdefault(claimant, now)
         return granted
 
     def give_room(self, count: int, *, wake: bool = True) -> None:
@@ -117,6 +138,7 @@ class Runtime:
             return
         with self._room_lock:
             self.promised -= count
+            self._freed_at = time.monotonic()
         if wake:
             self.wake_claimer()
 
@@ -172,4 +194,4 @@ class Runtime:
         return hit
 
 
-__all__ = ["LOG_IDS", "Runtime", "SelfClaimingPool", "SharedPool"]
+__all__ = ["HANDOFF", "LOG_IDS", "Runtime", "SelfClaimingPool", "SharedPool"]

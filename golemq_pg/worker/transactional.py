@@ -268,7 +268,7 @@ class TransactionalPool:
         capped = runtime.config.max_concurrency is not None
         while not runtime.stopping and not self._retire():
             hints = self._hints
-            if capped and not runtime.take_room(1):
+            if capped and not runtime.take_room(1, self.type):
                 # The worker-wide cap (max_concurrency) is reached: look again shortly.
                 with self._cond:
                     self._cond.wait(min(runtime.config.poll_interval, CAPPED_WAIT))
