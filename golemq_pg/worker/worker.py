@@ -142,7 +142,7 @@ class Worker:
     lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
     abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id=None,
     resources=None, retention=None, observers=(), retry_strategy=None, delete_on="never",
-    listen_dsn=None``), each validated here (``QueueConfigError``); README.md documents
+    listen_dsn=None, max_concurrency=None``), each validated here (``QueueConfigError``); README.md documents
     their meaning.
     Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
     lease_grace`` written once at claim, and a type without one gets ``lease_grace``
@@ -153,6 +153,11 @@ class Worker:
     ``default_max_attempts`` is validated and kept for symmetry with ``Queue``: every job
     carries the ``max_attempts`` it was enqueued with, and that is the budget the worker
     honours. Only :meth:`run` installs signal handlers (main thread only).
+
+    ``max_concurrency``: the most jobs this worker holds (claimed and running) at once
+    across all its types, dealt out round robin between the types (None: no worker-wide
+    cap). Handlers can be added (:meth:`handler`), removed (:meth:`remove_handler`) and
+    resized (:meth:`set_concurrency`) while the worker runs.
 
     ``listen_dsn``: where the worker's LISTEN connection goes instead of the store's
     database, e.g. PostgreSQL directly while the store's pool goes through PgBouncer
