@@ -142,8 +142,8 @@ class Worker:
     lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
     abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id=None,
     resources=None, retention=None, observers=(), retry_strategy=None, delete_on="never",
-    listen_dsn=None, max_concurrency=None``), each validated here (``QueueConfigError``); README.md documents
-    their meaning.
+    listen_dsn=None, max_concurrency=None``), each validated here (``QueueConfigError``);
+    README.md documents their meaning.
     Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
     lease_grace`` written once at claim, and a type without one gets ``lease_grace``
     renewed every ``lease_grace / 3`` while it runs (so long jobs are never reaped while
