@@ -36,6 +36,8 @@ from golemq_pg.errors import QueueConfigError
 
 #: The most jobs one claim may ask for: bounds one round trip and one buffer refill.
 MAX_BATCH_SIZE = 10_000
+#: The largest ``max_concurrency`` (jobs held at once by one worker).
+MAX_WORKER_CONCURRENCY = 1_000_000
 #: Finished statuses the retention sweep may delete (live work is cancelled, never pruned).
 PRUNABLE = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 
@@ -70,6 +72,7 @@ class WorkerOptions(TypedDict, total=False):
     retry_strategy: RetryStrategy | None
     delete_on: DeleteOn
     listen_dsn: str | None
+    max_concurrency: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class WorkerConfig:
     delete_on: str = "never"
     #: Where the listener's LISTEN connection goes (None: the store's choice).
     listen_dsn: str | None = None
+    #: Most jobs held (claimed, running) at once across all the worker's types (None: no
+    #: cap beyond each handler's ``concurrency``).
+    max_concurrency: int | None = None
 
     def lease_seconds(self, timeout: float | None) -> float:
         """The lease a claim of a type with handler ``timeout`` asks for: ``lease_duration``
@@ -313,6 +319,10 @@ def build_config(options: WorkerOptions) -> WorkerConfig:
         deleting = check_delete_on(get("delete_on", "never"), "delete_on")
     except ValueError as exc:
         raise QueueConfigError(str(exc)) from None
+    max_concurrency = get("max_concurrency")
+    cap_all = None if max_concurrency is None else _positive_int(
+        max_concurrency, "max_concurrency", upper=MAX_WORKER_CONCURRENCY
+    )
     return WorkerConfig(
         poll_interval=poll,
         notify=notify,
@@ -332,11 +342,13 @@ def build_config(options: WorkerOptions) -> WorkerConfig:
         retry_strategy=strategy,
         delete_on=deleting,
         listen_dsn=listen,
+        max_concurrency=cap_all,
     )
 
 
 __all__ = [
     "MAX_BATCH_SIZE",
+    "MAX_WORKER_CONCURRENCY",
     "DeleteOn",
     "RetentionConfig",
     "WorkerConfig",

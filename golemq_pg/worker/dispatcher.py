@@ -337,7 +337,9 @@ class ClaimLoop(Service):
         self._unreserve(slots)
         blocked = claim_blocked(jobs)
         for slot in slots:
-            pool = self.pools[slot.type]
+            pool = self.pools.get(slot.type)
+            if pool is None:  # removed meanwhile (Worker.remove_handler)
+                continue
             block = blocked.get(slot.type)
             # A type held back by leases (its scopes, a pool's concurrency, a type it must not
             # overlap) may claim again as soon as something is acknowledged: the completer's
@@ -360,6 +362,9 @@ class ClaimLoop(Service):
             pool.tune(avg)
 
     def _slots(self, open_pools: Sequence[tuple[TypePool, int]]) -> list[TypeSlots]:
+        runtime = self.runtime
+        if runtime.config.max_concurrency is not None:
+            return self._capped_slots(open_pools)
         remaining = self.batch_size
         slots: list[TypeSlots] = []
         for pool, free in open_pools:
@@ -373,10 +378,42 @@ class ClaimLoop(Service):
             slots.append(type_slots(pool, limit))
         return slots
 
+    def _capped_slots(self, open_pools: Sequence[tuple[TypePool, int]]) -> list[TypeSlots]:
+        """The claim under ``max_concurrency``: the worker-wide room is dealt out one job at
+        a time, round robin from this pass's rotation start, to the types that may have
+        work first (then to the others), so the types share the room fairly."""
+        runtime = self.runtime
+        room = runtime.take_room(min(sum(free for _, free in open_pools), self.batch_size))
+        if room <= 0:
+            return []
+        order = [item for item in open_pools if item[0].maybe_more]
+        order += [item for item in open_pools if not item[0].maybe_more]
+        dealt = [0] * len(order)
+        while room > 0:
+            moved = False
+            for index, (_, free) in enumerate(order):
+                if room > 0 and dealt[index] < free:
+                    dealt[index] += 1
+                    room -= 1
+                    moved = True
+            if not moved:
+                break
+        slots: list[TypeSlots] = []
+        for (pool, _), wanted in zip(order, dealt, strict=True):
+            limit = pool.reserve(wanted) if wanted else 0
+            room += wanted - limit
+            if limit > 0:
+                slots.append(type_slots(pool, limit))
+        runtime.give_room(room, wake=False)
+        return slots
+
     def _unreserve(self, slots: Sequence[TypeSlots]) -> None:
         pools = self.pools
         for slot in slots:
-            pools[slot.type].unreserve(slot.limit)
+            pool = pools.get(slot.type)
+            if pool is not None:
+                pool.unreserve(slot.limit)
+        self.runtime.give_room(sum(slot.limit for slot in slots), wake=False)
 
     def _claim(self, slots: list[TypeSlots]) -> list[ClaimedJob] | None:
         runtime = self.runtime
@@ -438,6 +475,7 @@ class ClaimLoop(Service):
                 by_type[job.type] = [job]
             else:
                 typed.append(job)
+        removed: list[ClaimedJob] = []
         for job_type, typed in by_type.items():
             pool = pools.get(job_type)
             if pool is None:
@@ -450,10 +488,14 @@ class ClaimLoop(Service):
             deadline = claimed_at + pool.lease_seconds
             active = pool.active
             put = pool.buffer.put
-            for job in typed:
-                unit = Unit(pool, (job,), deadline, received)
-                active[unit.key] = unit
-                put(unit)
+            with pool.gate:  # a remove_handler in between: given back, never stranded
+                if pool.closed:
+                    removed.extend(typed)
+                    continue
+                for job in typed:
+                    unit = Unit(pool, (job,), deadline, received)
+                    active[unit.key] = unit
+                    put(unit)
             counts[job_type] = len(typed)
         for (job_type, _), members in groups.items():
             pool = pools[job_type]
@@ -463,16 +505,23 @@ class ClaimLoop(Service):
             # insertion, order the jobs of one instant (one transaction) as they arrived.
             members.sort(key=_arrival)
             unit = Unit(pool, tuple(members), claimed_at + pool.lease_seconds, received)
-            pool.active[unit.key] = unit
-            pool.buffer.put(unit)
+            with pool.gate:
+                if pool.closed:
+                    removed.extend(members)
+                    continue
+                pool.active[unit.key] = unit
+                pool.buffer.put(unit)
             counts[job_type] = counts.get(job_type, 0) + 1
         if strays:
             self._release_strays(strays)
+        if removed:
+            self._release_strays(removed, late=True)
         return counts
 
     def _release_strays(self, strays: list[ClaimedJob], *, late: bool = False) -> None:
         """Give back jobs nobody will run: types nobody asked for (a store bug), or
-        (``late``) a claim that returned after the shutdown stopped waiting for it."""
+        (``late``) a claim that returned after the shutdown stopped waiting for it, or after
+        its type's handler was removed."""
         runtime = self.runtime
         if late:
             log.info("late_claim_released", worker_id=runtime.owner, count=len(strays))

@@ -89,7 +89,8 @@ def _flag(value: object, what: str) -> bool:
     return value
 
 
-def _concurrency(name: str, concurrency: object) -> int:
+def check_concurrency(name: str, concurrency: object) -> int:
+    """A handler's ``concurrency``: a positive integer up to :data:`MAX_CONCURRENCY`."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency <= 0:
         raise QueueConfigError(f"concurrency of {name!r} must be a positive integer")
     if concurrency > MAX_CONCURRENCY:
@@ -144,7 +145,7 @@ def build_spec(
         raise QueueConfigError(str(exc)) from None
     if not callable(fn):
         raise QueueConfigError(f"the handler for {name!r} must be callable")
-    slots = _concurrency(name, concurrency)
+    slots = check_concurrency(name, concurrency)
     seconds: float | None = None
     if timeout is not None:
         try:
@@ -199,6 +200,16 @@ class HandlerRegistry:
         """Register ``spec``; a second handler for the same type is a configuration error."""
         if spec.type in self._specs:
             raise QueueConfigError(f"a handler for {spec.type!r} is already registered")
+        self._specs[spec.type] = spec
+
+    def remove(self, job_type: str) -> HandlerSpec | None:
+        """Unregister ``job_type``'s handler; returns it (None: there was none)."""
+        return self._specs.pop(job_type, None)
+
+    def replace(self, spec: HandlerSpec) -> None:
+        """Put ``spec`` in place of the registered handler of its type (same position)."""
+        if spec.type not in self._specs:
+            raise QueueConfigError(f"no handler for {spec.type!r} is registered")
         self._specs[spec.type] = spec
 
     def __iter__(self) -> Iterator[HandlerSpec]:
@@ -279,5 +290,6 @@ class HandlerRegistry:
 
 
 __all__ = [
-    "MAX_CONCURRENCY", "HandlerRegistry", "HandlerSpec", "build_spec", "is_coroutine_handler",
+    "MAX_CONCURRENCY", "HandlerRegistry", "HandlerSpec", "build_spec", "check_concurrency",
+    "is_coroutine_handler",
 ]

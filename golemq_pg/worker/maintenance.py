@@ -184,6 +184,14 @@ class Maintenance(Service):
         next_at = min((task.next_at for task in self.tasks), default=math.inf)
         return max(next_at - time.monotonic(), 0.0)
 
+    def beat_soon(self) -> None:
+        """The handlers changed (``Worker.handler`` / ``remove_handler`` / ``set_concurrency``
+        on a running worker): write the registry row at the next step."""
+        for task in self.tasks:
+            if task.name == "heartbeat":
+                task.next_at = 0.0
+        self.kick()
+
     def announce_stopping(self) -> None:
         """The worker's stop began: write "stopping" to the registry at the next step."""
         self._stopping = True
@@ -226,7 +234,8 @@ class Maintenance(Service):
                 worker_id=runtime.owner,
                 host=self._host,
                 pid=self._pid,
-                handlers={spec.type: spec.concurrency for spec in runtime.handlers},
+                handlers={spec.type: spec.concurrency for spec in runtime.handlers
+                          if spec.type not in runtime.retiring},
                 heartbeat_seconds=self.heartbeat_seconds,
                 running=held,
                 state="stopping" if stopping else "running",

@@ -116,10 +116,18 @@ class TypePool:
         #: claim on completion, see :mod:`poolclaim`), so the two never claim the same room.
         self.reserved = 0
         self._reserve_lock = threading.Lock()
+        #: Set by ``Worker.remove_handler``: nothing more is claimed or started for this
+        #: type; what is buffered goes back (see :meth:`close`). Read without a lock.
+        self.closed = False
+        #: Held while claimed units are put into the buffer, and by :meth:`close`: a unit is
+        #: either buffered before the close drains the buffer, or given back by the claim.
+        self.gate = threading.Lock()
 
     # -- capacity ---------------------------------------------------------------------------
     def free(self) -> int:
         """How many more units this type may hold now (claims in flight counted)."""
+        if self.closed:
+            return 0
         return self.capacity - len(self.active) - self.reserved
 
     def reserve(self, wanted: int) -> int:
@@ -127,7 +135,8 @@ class TypePool:
         returns how many were granted. Give them back with :meth:`unreserve` once the
         claimed units are in :attr:`active` (or the claim failed)."""
         with self._reserve_lock:
-            granted = max(min(wanted, self.capacity - len(self.active) - self.reserved), 0)
+            room = 0 if self.closed else self.capacity - len(self.active) - self.reserved
+            granted = max(min(wanted, room), 0)
             self.reserved += granted
         return granted
 
@@ -139,7 +148,11 @@ class TypePool:
 
     def wants_claim(self) -> bool:
         """Free capacity, and the buffer has drained to the watermark."""
-        return len(self.active) < self.capacity and self.buffer.qsize() <= self.watermark
+        return (
+            not self.closed
+            and len(self.active) < self.capacity
+            and self.buffer.qsize() <= self.watermark
+        )
 
     def hint(self) -> None:
         """Jobs of this type may be due: ask for it at the claim loop's next pass."""
@@ -163,6 +176,56 @@ class TypePool:
             self.prefetch = prefetch
             self.capacity = concurrency + prefetch
             self.watermark = prefetch // 2
+
+    def set_concurrency(self, spec: HandlerSpec) -> None:
+        """Run ``spec.concurrency`` handlers from now on (``Worker.set_concurrency``): the
+        capacity follows at once; more threads start now, surplus ones end after their
+        current job."""
+        concurrency = spec.concurrency
+        with self._reserve_lock:
+            self.spec = spec
+            self.min_prefetch = min(concurrency, self.max_prefetch)
+            if self.prefetch < self.min_prefetch:
+                self.prefetch = self.min_prefetch
+                self.watermark = self.prefetch // 2
+            self.capacity = concurrency + self.prefetch
+        self.resize()
+
+    def resize(self) -> None:
+        """Start or end threads to match ``spec.concurrency``."""
+        with self._slots_lock:
+            missing = self.spec.concurrency - len(self._slots)
+        if self.runtime.stopping or self.closed:
+            return
+        for _ in range(missing):
+            self.spawn()
+        for _ in range(-missing):
+            self.buffer.put(None)  # wakes an idle thread, which sees it is surplus
+
+    def close(self) -> list[Unit]:
+        """Claim and start nothing more of this type (``Worker.remove_handler``); returns
+        the buffered units taken out (the caller gives them back), and wakes idle threads
+        so they end."""
+        with self.gate:
+            self.closed = True
+            taken = self.drain_buffer()
+        self.stop_threads()
+        return taken
+
+    def busy(self) -> bool:
+        """Whether any unit is still held (buffered, running or finishing)."""
+        return bool(self.active)
+
+    def _surplus(self, slot: Slot) -> bool:
+        """Whether ``slot`` must end now (the type was removed or has too many threads);
+        forgotten when True."""
+        if not self.closed and len(self._slots) <= self.spec.concurrency:
+            return False  # the hot path: no lock
+        with self._slots_lock:
+            if self.closed or len(self._slots) > self.spec.concurrency:
+                self._slots.discard(slot)
+                return True
+        return False
 
     # -- threads ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -227,13 +290,17 @@ class TypePool:
         wake = runtime.wake
         execute = self.executor.execute
         while True:
+            if self._surplus(slot):
+                return
             unit = get()
             if unit is None:
-                with self._slots_lock:
-                    self._slots.discard(slot)
-                return
-            try:
                 if runtime.stopping:
+                    with self._slots_lock:
+                        self._slots.discard(slot)
+                    return
+                continue  # a resize or a close: the check above decides
+            try:
+                if runtime.stopping or self.closed:
                     self.release_unstarted(unit)
                 else:
                     execute(self, slot, unit)

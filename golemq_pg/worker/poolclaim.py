@@ -103,7 +103,9 @@ class CompletionClaims:
         room = 0
         for job_type in set(completed):
             for name in targets.get(job_type, ()):
-                pool = self.pools[name]
+                pool = self.pools.get(name)
+                if pool is None:  # removed meanwhile (Worker.remove_handler)
+                    continue
                 free = pool.free()
                 if free > room:
                     best, room = pool, free
@@ -121,7 +123,11 @@ class CompletionClaims:
         units go to the buffers. Returns the ids written (an error propagates: nothing was
         written and nothing claimed, and the caller retries the plain completion)."""
         hints = pool.hints
-        limit = pool.reserve(min(pool.free(), self.batch_cap))
+        runtime = self.runtime
+        # Within the worker-wide room (max_concurrency) too, promised like the pool's own.
+        room = runtime.take_room(min(pool.free(), self.batch_cap))
+        limit = pool.reserve(room)
+        runtime.give_room(room - limit, wake=False)
         try:
             began = time.monotonic()
             result = store.job_complete_and_claim(
@@ -138,6 +144,7 @@ class CompletionClaims:
                 self._distribute(claimed, began)
         finally:
             pool.unreserve(limit)
+            runtime.give_room(limit, wake=False)
         if limit > 0 and len(claimed) < limit:
             self._served.add(pool.type)
             if pool.hints == hints:

@@ -11,6 +11,7 @@ seen here through the small protocols below.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -21,6 +22,9 @@ from golemq_pg.worker.handlers import HandlerSpec
 from golemq_pg.worker.observers import ObserverHub
 from golemq_pg.worker.units import Unit, UnitPool
 
+#: How long room given back under ``max_concurrency`` is kept for the claimants refused
+#: room before (the claim loop, transactional threads), in turn (:meth:`Runtime.take_room`).
+HANDOFF = 0.05
 #: Most job ids listed in one log line; the count is always logged.
 LOG_IDS = 20
 
@@ -40,12 +44,15 @@ class SelfClaimingPool(SharedPool, Protocol):
 
 
 class Runtime:
-    """Everything the worker's threads share. Built by ``Worker.start``; nothing is attached
-    to it later (only its flags change).
+    """Everything the worker's threads share. Built by ``Worker.start``; no service is
+    attached to it later (its flags change, and so does its handler registry).
 
     ``pools`` and ``tx_pools`` are the registry of the worker's pools, keyed by type. The
     ``Worker`` passes the mappings in and fills them before any thread starts (a pool is
-    built with the services it needs, and those read this runtime).
+    built with the services it needs, and those read this runtime). A handler added or
+    removed while the worker runs replaces ``handlers``, ``pools`` and ``tx_pools`` with
+    new objects (copy on write, see ``Worker.handler``): they are never changed in place
+    once threads run, so any thread may iterate the ones it read.
     """
 
     def __init__(
@@ -67,8 +74,12 @@ class Runtime:
         )
         #: Decides unit state transitions and settlement (see :mod:`units`).
         self.lock = threading.Lock()
-        #: Every registered handler, transactional ones included.
+        #: Every registered handler, transactional ones included (and removed ones whose
+        #: jobs still run).
         self.handlers = tuple(handlers)
+        #: Types of ``handlers`` removed while the worker runs (``Worker.remove_handler``)
+        #: whose jobs are still finishing: not listed in the worker registry.
+        self.retiring: frozenset[str] = frozenset()
         #: Buffered handler types: the claim loop leases their jobs into their buffers.
         self.pools = pools
         #: Transactional handler types: claimed by their own threads, one job per
@@ -83,6 +94,53 @@ class Runtime:
         #: Set after the first maintenance pass (expired leases reaped once), so that
         #: ``run_until_empty`` also runs the jobs of a crashed worker.
         self.maintained = threading.Event()
+        #: Worker-wide room (``max_concurrency``) promised to claims in flight and to
+        #: transactional threads' jobs; guarded by ``_room_lock``.
+        self.promised = 0
+        self._room_lock = threading.Lock()
+        #: Claimants refused room, and since when (see :meth:`take_room`).
+        self._refused: dict[str, float] = {}
+        self._freed_at = 0.0
+
+    # -- the worker-wide cap (max_concurrency) ------------------------------------------------
+    def take_room(self, wanted: int, claimant: str = "") -> int:
+        """Promise up to ``wanted`` jobs of the worker-wide room (``max_concurrency``) to a
+        claim about to be sent; returns how many were granted (``wanted`` without a cap).
+        Held units of buffered types count against it, and so does what is promised.
+
+        ``claimant`` ("": the claim loop, else a transactional type): room freed less than
+        :data:`HANDOFF` ago goes first to the claimants refused room before this one, in the
+        order they were refused, so a thread that frees room cannot take it straight back."""
+        cap = self.config.max_concurrency
+        if cap is None or wanted <= 0:
+            return max(wanted, 0)
+        now = time.monotonic()
+        with self._room_lock:
+            used = self.promised + sum(len(pool.active) for pool in self.pools.values())
+            room = cap - used
+            if now - self._freed_at < HANDOFF:
+                mine = self._refused.get(claimant, now)
+                room -= sum(1 for who, since in self._refused.items()
+                            if who != claimant and since < mine)
+            granted = max(min(wanted, room), 0)
+            self.promised += granted
+            if granted:
+                self._refused.pop(claimant, None)
+            else:
+                self._refused.setdefault(claimant, now)
+        return granted
+
+    def give_room(self, count: int, *, wake: bool = True) -> None:
+        """Give back room promised by :meth:`take_room` (the claimed units are held now, or
+        the claim failed, or a transactional job ended); ``wake``: wake the claim loop, which
+        may claim with it (the loop itself passes False)."""
+        if self.config.max_concurrency is None or count <= 0:
+            return
+        with self._room_lock:
+            self.promised -= count
+            self._freed_at = time.monotonic()
+        if wake:
+            self.wake_claimer()
 
     # -- views ------------------------------------------------------------------------------
     def units(self) -> list[Unit]:
@@ -136,4 +194,4 @@ class Runtime:
         return hit
 
 
-__all__ = ["LOG_IDS", "Runtime", "SelfClaimingPool", "SharedPool"]
+__all__ = ["HANDOFF", "LOG_IDS", "Runtime", "SelfClaimingPool", "SharedPool"]

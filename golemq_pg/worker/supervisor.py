@@ -304,9 +304,15 @@ class Supervisor(Service):
     def fire_all(self, reason: str) -> int:
         """Fire ``reason`` on every running unit and arm its abandon deadline (shutdown)."""
         runtime = self.runtime
+        return self.fire(runtime.units() + runtime.tx_units(), reason)
+
+    def fire(self, units: Iterable[Unit], reason: str) -> int:
+        """Fire ``reason`` on those of ``units`` that run and arm their abandon deadline
+        (shutdown; ``Worker.remove_handler`` past its timeout)."""
+        runtime = self.runtime
         now = time.monotonic()
         fired = 0
-        for unit in runtime.units() + runtime.tx_units():
+        for unit in units:
             if unit.state == RUNNING and unit.abandon_at is None:
                 unit.abandon_at = now + runtime.config.abandon_grace
                 if unit.signal.fire(reason):

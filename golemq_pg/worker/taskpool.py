@@ -155,6 +155,8 @@ class TaskPool(TypePool):
         self._free: list[Slot] = []
         #: The task of every unit whose attempt is under way (loop thread only).
         self._tasks: dict[Unit, asyncio.Task[None]] = {}
+        #: Slots that exist, free or running a task (loop thread only).
+        self._owned = 0
 
     # -- slots --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -163,7 +165,22 @@ class TaskPool(TypePool):
 
     def _new_slot(self) -> Slot:
         self._numbers += 1
+        self._owned += 1
         return Slot(self._numbers)
+
+    def resize(self) -> None:
+        """Match the slots to ``spec.concurrency`` (``Worker.set_concurrency``), on the loop."""
+        self.event_loop.call_soon(self._resize)
+
+    def _resize(self) -> None:
+        want = 0 if self.closed else self.spec.concurrency
+        while self._owned < want:
+            self._free.append(self._new_slot())
+        while self._owned > want and self._free:
+            self._free.pop()
+            self._owned -= 1
+        if self._items.items:
+            self._ask_pump()
 
     def stop_threads(self) -> None:
         """No thread waits for work here: nothing to wake."""
@@ -197,7 +214,7 @@ class TaskPool(TypePool):
                 self._ask_pump()
                 return
             unit = items.popleft()
-            if runtime.stopping:
+            if runtime.stopping or self.closed:
                 self.release_unstarted(unit)
                 continue
             slot = free.pop()
@@ -245,7 +262,10 @@ class TaskPool(TypePool):
     def _done(self, slot: Slot, unit: Unit) -> None:
         self._tasks.pop(unit, None)
         if unit.state != ABANDONED:  # an abandoned slot was replaced by write_off
-            self._free.append(slot)
+            if self.closed or self._owned > self.spec.concurrency:
+                self._owned -= 1  # surplus after set_concurrency lowered it: not reused
+            else:
+                self._free.append(slot)
         items = self._items.items
         if items:
             self._ask_pump()
@@ -259,6 +279,7 @@ class TaskPool(TypePool):
             task.cancel()
 
     def _replace(self) -> None:
+        self._owned -= 1  # the written-off slot
         self._free.append(self._new_slot())
         if self._items.items:
             self._ask_pump()

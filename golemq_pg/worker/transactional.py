@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("golemq_pg.worker.transactional")
 
+#: How long a transactional thread waits before looking again while the worker-wide cap
+#: (``max_concurrency``) is reached (at most the poll interval).
+CAPPED_WAIT = 0.05
+
 
 
 def supports_transactional(store: object) -> bool:
@@ -148,6 +152,13 @@ class TransactionalPool:
         #: Bumped by every hint, so one that arrives during a claim is not slept through.
         self._hints = 0
         self._threads: list[threading.Thread] = []
+        #: Threads wanted (``Worker.set_concurrency`` changes it) and threads running.
+        self.concurrency = spec.concurrency
+        self._live = 0
+        self._numbers = 0
+        self._threads_lock = threading.Lock()
+        #: Set by ``Worker.remove_handler``: the threads end once their job is done.
+        self.closed = False
         #: Unit key -> the claim connection, while the handler itself runs (interruptible).
         self._connections: dict[tuple[str, int], Any] = {}
         self._connections_lock = threading.Lock()
@@ -162,11 +173,48 @@ class TransactionalPool:
 
     def start(self) -> None:
         """Start ``concurrency`` threads."""
-        for number in range(1, self.spec.concurrency + 1):
+        self._spawn(self.concurrency)
+
+    def _spawn(self, count: int) -> None:
+        for _ in range(count):
+            with self._threads_lock:
+                self._numbers += 1
+                self._live += 1
+                number = self._numbers
             thread = threading.Thread(target=self._loop, daemon=True,
                                       name=f"golemq-tx-{self.type[:40]}-{number}")
             self._threads.append(thread)
             thread.start()
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Run ``concurrency`` threads from now on: more start at once, surplus ones end
+        after their current job."""
+        with self._threads_lock:
+            self.concurrency = concurrency
+            missing = concurrency - self._live
+        if missing > 0 and not self.closed and not self.runtime.stopping:
+            self._spawn(missing)
+        elif missing < 0:
+            self.hint()  # idle threads look at the new number now
+
+    def close(self) -> None:
+        """Claim no more (``Worker.remove_handler``): every thread ends after its job."""
+        self.closed = True
+        self.hint()
+
+    def busy(self) -> bool:
+        """Whether a job runs or a thread may still claim one (after :meth:`close`: until
+        every thread has ended)."""
+        return bool(self.active) or any(thread.is_alive() for thread in self._threads)
+
+    def _retire(self) -> bool:
+        """Whether this thread must end now (the type was removed, or it is surplus);
+        counted as ended when True."""
+        with self._threads_lock:
+            if self.closed or self._live > self.concurrency:
+                self._live -= 1
+                return True
+            return False
 
     def stop_threads(self) -> None:
         """Wake every thread so it sees the stop flag."""
@@ -220,8 +268,14 @@ class TransactionalPool:
         failures = 0
         # This thread's part in a "claim" incident reported to observers' on_error.
         source = threading.current_thread().name
-        while not runtime.stopping:
+        capped = runtime.config.max_concurrency is not None
+        while not runtime.stopping and not self._retire():
             hints = self._hints
+            if capped and not runtime.take_room(1, self.type):
+                # The worker-wide cap (max_concurrency) is reached: look again shortly.
+                with self._cond:
+                    self._cond.wait(min(runtime.config.poll_interval, CAPPED_WAIT))
+                continue
             try:
                 ran = self.run_once(hints)
                 if failures:
@@ -236,6 +290,9 @@ class TransactionalPool:
                                 worker_id=runtime.owner, failures=failures,
                                 error_type=type(exc).__name__, error=error_text(exc))
                 time.sleep(min(0.05 * 2 ** min(failures, 7), 5.0))
+            finally:
+                if capped:
+                    runtime.give_room(1)
             if not ran and not runtime.stopping:
                 runtime.wake_claimer()  # lets run_until_empty notice an idle type
                 with self._cond:

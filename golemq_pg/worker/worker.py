@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType, TracebackType
 from typing import Any, Generic, TypeVar, Unpack, overload
 
@@ -35,7 +35,7 @@ from golemq_pg._types import (
     Duration,
     JobType,
 )
-from golemq_pg._validation import to_seconds
+from golemq_pg._validation import check_job_type, to_seconds
 from golemq_pg.errors import QueueConfigError, SchemaNotMigrated
 from golemq_pg.store.port import JobStore, Listener
 from golemq_pg.worker.blocked import BlockedReporter
@@ -43,16 +43,21 @@ from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
 from golemq_pg.worker.config import DeleteOn, WorkerConfig, WorkerOptions, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
 from golemq_pg.worker.eventloop import EventLoop
-from golemq_pg.worker.events import CANCELLED, BatchEvent, JobEvent
+from golemq_pg.worker.events import CANCELLED, SHUTDOWN, BatchEvent, JobEvent
 from golemq_pg.worker.execution import Executor
-from golemq_pg.worker.handlers import HandlerRegistry, build_spec
+from golemq_pg.worker.handlers import (
+    HandlerRegistry,
+    HandlerSpec,
+    build_spec,
+    check_concurrency,
+)
 from golemq_pg.worker.heap import freeze_startup_heap
-from golemq_pg.worker.leases import LeaseRenewer
+from golemq_pg.worker.leases import LeaseRenewer, renew_interval
 from golemq_pg.worker.listener import ListenerThread, open_listener
 from golemq_pg.worker.maintenance import Maintenance
 from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
-from golemq_pg.worker.poolclaim import CompletionClaims
+from golemq_pg.worker.poolclaim import CompletionClaims, claim_targets
 from golemq_pg.worker.progress import ProgressReporter
 from golemq_pg.worker.runtime import Runtime
 from golemq_pg.worker.service import Service
@@ -74,6 +79,8 @@ STARTUP_WAIT = 5.0
 #: SQLSTATEs of a schema that ``migrate`` has not created (or not completed): undefined
 #: table, invalid schema name, undefined function.
 _NOT_MIGRATED = frozenset({"42P01", "3F000", "42883"})
+#: How often ``remove_handler`` looks whether the removed type's running jobs are done.
+_RETIRE_TICK = 0.01
 
 P = TypeVar("P", bound=Mapping[str, Any])
 R = TypeVar("R")
@@ -81,9 +88,11 @@ H = TypeVar("H", bound=Callable[..., object])
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Parts:
-    """What one start built: the shared state and the services that stop needs again."""
+    """What one start built: the shared state and the services that stop (and a handler
+    added or removed while the worker runs) needs again. ``pools`` and ``tx_pools`` are
+    replaced, never changed in place, once the threads run (see :meth:`Worker._rewire`)."""
 
     runtime: Runtime
     pools: dict[str, TypePool]
@@ -92,8 +101,17 @@ class _Parts:
     supervisor: Supervisor
     claim_loop: ClaimLoop
     #: Stopped together before the final flush: renewer, maintenance, listener, and the
-    #: event loop (when an async handler is registered).
-    services: tuple[Service, ...]
+    #: event loop (when an async handler is registered). Appended to when a late handler
+    #: needs the listener or the event loop.
+    services: list[Service]
+    outcomes: Outcomes
+    executor: Executor
+    reporter: ProgressReporter
+    renewer: LeaseRenewer
+    maintenance: Maintenance
+    event_loop: EventLoop | None
+    claims: CompletionClaims | None
+    listening: bool
 
 
 class TypedHandler(Generic[P]):
@@ -124,8 +142,8 @@ class Worker:
     lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
     abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id=None,
     resources=None, retention=None, observers=(), retry_strategy=None, delete_on="never",
-    listen_dsn=None``), each validated here (``QueueConfigError``); README.md documents
-    their meaning.
+    listen_dsn=None, max_concurrency=None``), each validated here (``QueueConfigError``);
+    README.md documents their meaning.
     Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
     lease_grace`` written once at claim, and a type without one gets ``lease_grace``
     renewed every ``lease_grace / 3`` while it runs (so long jobs are never reaped while
@@ -138,6 +156,11 @@ class Worker:
     (the producer's default applied then), and that is the budget the worker honours; an
     unlimited one is never exhausted, its retries still waiting at most ``max_backoff``.
     Only :meth:`run` installs signal handlers (main thread only).
+
+    ``max_concurrency``: the most jobs this worker holds (claimed and running) at once
+    across all its types, dealt out round robin between the types (None: no worker-wide
+    cap). Handlers can be added (:meth:`handler`), removed (:meth:`remove_handler`) and
+    resized (:meth:`set_concurrency`) while the worker runs.
 
     ``listen_dsn``: where the worker's LISTEN connection goes instead of the store's
     database, e.g. PostgreSQL directly while the store's pool goes through PgBouncer
@@ -160,6 +183,8 @@ class Worker:
         self._handlers = HandlerRegistry()
         self._state = "new"  # new -> running -> stopping -> stopped
         self._state_lock = threading.Lock()
+        #: Serialises handler changes on a running worker (add, remove, set_concurrency).
+        self._change_lock = threading.Lock()
         self._stop_lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._hurry = threading.Event()
@@ -239,8 +264,11 @@ class Worker:
     ) -> Any:
         """Register the decorated function as the handler of ``job_type``.
 
-        Options are validated now (``QueueConfigError``); registering a type twice, or
-        after the worker started, is an error. The function is returned unchanged. An
+        Options are validated now (``QueueConfigError``); registering a type twice is an
+        error. On a running worker the handler is added at once and its jobs are claimed
+        within one poll; it passes the checks ``start()`` makes (``waits_for`` cycles, the
+        lease of an untimed handler), else ``QueueConfigError``. The function is returned
+        unchanged. An
         ``async def`` handler runs as a task on the worker's event loop thread, with the
         same semantics (README.md, "Async handlers"); ``transactional=True`` needs a plain
         function (``QueueConfigError`` otherwise). ``transaction_warning`` (seconds, > 0;
@@ -267,10 +295,13 @@ class Worker:
 
         def register(fn: Callable[..., object]) -> None:
             spec = build_spec(job_type, fn, **options)
-            with self._state_lock:
-                if self._state != "new":
-                    raise QueueConfigError("register handlers before the worker starts")
-                self._handlers.add(spec)
+            with self._change_lock, self._state_lock:
+                if self._state == "stopping":
+                    raise QueueConfigError("the worker is stopping: no handler can be added")
+                if self._state != "running":
+                    self._handlers.add(spec)
+                    return
+                self._add_running(spec)
 
         if isinstance(job_type, JobType):
             return TypedHandler[Any](register)
@@ -314,19 +345,20 @@ class Worker:
             notify=self.config.notify, poll_interval=self.config.poll_interval,
         )
 
-    def _check_startup(self) -> None:
-        self._handlers.check_startup()
+    def _check_startup(self, handlers: HandlerRegistry | None = None) -> None:
+        handlers = self._handlers if handlers is None else handlers
+        handlers.check_startup()
         cfg = self.config
         if cfg.lease_duration is None and cfg.lease_grace <= 0:
-            untimed = [spec.type for spec in self._handlers if spec.timeout is None]
+            untimed = [spec.type for spec in handlers if spec.timeout is None]
             if untimed:
                 raise QueueConfigError(
                     "lease_grace must be > 0 for handlers without a timeout (their lease is "
                     f"lease_grace): {untimed[:5]}; set lease_grace, a timeout or lease_duration"
                 )
-        if not len(self._handlers):
+        if not len(handlers):
             log.warning("worker_without_handlers", worker_id=self.worker_id)
-        for text in lock_warnings(self._handlers, cfg.resources):
+        for text in lock_warnings(handlers, cfg.resources):
             log.warning("transactional_claim_holds_locks", worker_id=self.worker_id,
                         detail=text)
 
@@ -393,40 +425,36 @@ class Worker:
         executor = Executor(runtime, outcomes, supervisor, reporter)
         # One event loop thread for every async type, and none without one.
         event_loop = EventLoop(owner) if any(spec.is_async for spec in specs) else None
-        for spec in specs:
-            if spec.transactional:
-                tx_pools[spec.type] = TransactionalPool(
-                    runtime, spec, outcomes, kick_supervisor=supervisor.kick
-                )
-                continue
-            if event_loop is not None and spec.is_async:
-                pools[spec.type] = TaskPool(
-                    runtime, spec, executor, outcomes, batch_size=cfg.batch_size,
-                    event_loop=event_loop, progress=LoopProgress(reporter, event_loop),
-                )
-                continue
-            pools[spec.type] = TypePool(runtime, spec, executor, outcomes,
-                                        batch_size=cfg.batch_size)
         claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
                                writes_backlogged=completer.backlogged,
                                blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
+        renewer = LeaseRenewer(runtime, abort=supervisor.abort)
+        maintenance = Maintenance(runtime, abort=supervisor.abort)
+        services: list[Service] = [renewer, maintenance]
+        parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop, services,
+                       outcomes, executor, reporter, renewer, maintenance, event_loop,
+                       claims=None, listening=False)
+        for spec in specs:
+            if spec.transactional:
+                tx_pools[spec.type] = self._tx_pool(parts, spec)
+            else:
+                pools[spec.type] = self._pool(parts, spec)
+        # The renewer's interval follows the pools' leases (built above).
+        renewer.interval = renew_interval(runtime)
         claims = CompletionClaims(runtime, pools, claim_loop.take,
                                   batch_cap=claim_loop.batch_size)
         if claims:
-            completer.claims = claims
-        services: list[Service] = [
-            LeaseRenewer(runtime, abort=supervisor.abort),
-            Maintenance(runtime, abort=supervisor.abort),
-        ]
+            completer.claims = parts.claims = claims
         if cfg.notify and (pools or tx_pools):
             # None: the listener thread opens it (and retries); polling covers the gap.
             listener = self._open_listener()
             services.append(
                 ListenerThread(runtime, claim_loop, listener, abort_ids=supervisor.abort_ids)
             )
-        stopped = (*services, event_loop) if event_loop is not None else tuple(services)
-        self._parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop,
-                             stopped)
+            parts.listening = True
+        if event_loop is not None:
+            services.append(event_loop)
+        self._parts = parts
         self._unregister = _local.register(store, self._abort_local)
         # Start order: what the others report to first, the claim loop (the source of
         # work) last.
@@ -440,8 +468,221 @@ class Worker:
         for tx_pool in tx_pools.values():
             tx_pool.start()
         for service in services:
-            service.start()
+            if service is not event_loop:
+                service.start()
         claim_loop.start()
+
+    def _pool(self, parts: _Parts, spec: HandlerSpec) -> TypePool:
+        """The buffered pool of ``spec`` (a task pool on the event loop for an async one)."""
+        runtime, cfg = parts.runtime, self.config
+        if spec.is_async:
+            event_loop = parts.event_loop
+            assert event_loop is not None  # noqa: S101 - made before any async pool
+            return TaskPool(
+                runtime, spec, parts.executor, parts.outcomes, batch_size=cfg.batch_size,
+                event_loop=event_loop, progress=LoopProgress(parts.reporter, event_loop),
+            )
+        return TypePool(runtime, spec, parts.executor, parts.outcomes,
+                        batch_size=cfg.batch_size)
+
+    def _tx_pool(self, parts: _Parts, spec: HandlerSpec) -> TransactionalPool:
+        """The pool of a transactional ``spec``."""
+        return TransactionalPool(parts.runtime, spec, parts.outcomes,
+                                 kick_supervisor=parts.supervisor.kick)
+
+    # -- handlers on a running worker -------------------------------------------------------
+    def _add_running(self, spec: HandlerSpec) -> None:
+        """Add ``spec``'s pool to the running worker (under the change and state locks):
+        the same checks as at start, then the pool, the wiring, its threads, a claim."""
+        parts = self._parts
+        assert parts is not None  # noqa: S101 - set while running
+        trial = HandlerRegistry()
+        for known in self._handlers:
+            trial.add(known)
+        trial.add(spec)  # a second handler of the type: QueueConfigError
+        old = parts.pools.get(spec.type) or parts.tx_pools.get(spec.type)
+        if old is not None and old.busy():
+            raise QueueConfigError(
+                f"the removed handler of {spec.type!r} still has jobs running: wait for "
+                "remove_handler to return (wait=True) before registering the type again"
+            )
+        self._check_startup(trial)
+        runtime = parts.runtime
+        if spec.is_async and parts.event_loop is None:
+            event_loop = EventLoop(runtime.owner)
+            event_loop.watch(parts.supervisor.call_at)
+            event_loop.start()
+            parts.event_loop = event_loop
+            parts.services.append(event_loop)
+        pools = {name: pool for name, pool in parts.pools.items() if name != spec.type}
+        tx_pools = {name: pool for name, pool in parts.tx_pools.items() if name != spec.type}
+        if spec.transactional:
+            tx_pool = self._tx_pool(parts, spec)
+            tx_pools[spec.type] = tx_pool
+            tx_pool.start()
+        else:
+            pool = self._pool(parts, spec)
+            pools[spec.type] = pool
+            pool.start()
+        self._handlers.add(spec)
+        self._rewire(parts, pools, tx_pools)
+        if self.config.notify and not parts.listening:
+            # Started without a handler: no LISTEN connection yet (its thread opens it).
+            listener = ListenerThread(runtime, parts.claim_loop, None,
+                                      abort_ids=parts.supervisor.abort_ids)
+            parts.services.append(listener)
+            parts.listening = True
+            listener.start()
+        for text in lock_warnings(self._handlers, self.config.resources):
+            log.warning("transactional_claim_holds_locks", worker_id=self.worker_id,
+                        detail=text)
+        log.info("handler_added", worker_id=self.worker_id, type=spec.type,
+                 concurrency=spec.concurrency)
+        runtime.hint((spec.type,))  # claim it now, not at the next poll
+
+    def _rewire(
+        self,
+        parts: _Parts,
+        pools: dict[str, TypePool],
+        tx_pools: dict[str, TransactionalPool],
+    ) -> None:
+        """Publish a new handler set: new registry objects (never changed in place, so a
+        thread iterating the old ones is unaffected), then what is derived from them."""
+        runtime = parts.runtime
+        # A removed handler whose jobs still run keeps its pool (and its spec here, for
+        # its outcomes) until they are done, but is listed as retiring: the registry row
+        # shows the change at once.
+        specs = [pool.spec for pool in pools.values()]
+        specs += [pool.spec for pool in tx_pools.values()]
+        runtime.handlers = tuple(specs)
+        runtime.retiring = frozenset(
+            spec.type for spec in specs if self._handlers.get(spec.type) is not spec
+        )
+        parts.pools, parts.tx_pools = pools, tx_pools
+        runtime.pools, runtime.tx_pools = pools, tx_pools
+        parts.claim_loop.pools = pools
+        completer = parts.completer
+        completer.unblocks = unblocked_by(runtime)
+        completer.delete_succeeded, completer.delete_failed = delete_types(runtime)
+        claims = parts.claims
+        if claims is None:
+            claims = CompletionClaims(runtime, pools, parts.claim_loop.take,
+                                      batch_cap=parts.claim_loop.batch_size)
+            if claims:
+                completer.claims = parts.claims = claims
+        else:
+            claims.pools = pools
+            claims.targets = claim_targets(runtime, pools)
+        parts.renewer.interval = renew_interval(runtime)
+        parts.renewer.kick()
+        parts.maintenance.beat_soon()
+
+    def remove_handler(
+        self,
+        job_type: str | JobType[Any],
+        *,
+        wait: bool = True,
+        timeout: Duration | None = None,
+    ) -> None:
+        """Stop handling ``job_type``: nothing more of it is claimed or started from now on.
+
+        Jobs claimed but not started (buffered) go back to PENDING at once, their attempt
+        refunded and their lease cleared, so another worker can take them. With
+        ``wait=True`` (the default) this blocks until the type's running jobs have finished;
+        past ``timeout`` seconds (None: no limit) they are signalled (reason
+        ``"shutdown"``), as at shutdown: one that still succeeds is completed, one that
+        fails or ignores the signal past ``abandon_grace`` is released (attempt refunded).
+        With ``wait=False`` it returns at once and they finish behind (``timeout`` still
+        applies). On a worker that is not running the handler is simply unregistered.
+        ``QueueConfigError``: no handler for the type, or a bad ``wait`` / ``timeout``.
+        """
+        name = self._registered_name(job_type)
+        if not isinstance(wait, bool):
+            raise QueueConfigError("wait must be True or False")
+        limit: float | None = None
+        if timeout is not None:
+            try:
+                limit = to_seconds(timeout, "timeout")
+            except ValueError as exc:
+                raise QueueConfigError(str(exc)) from None
+        with self._change_lock, self._state_lock:
+            if self._handlers.get(name) is None:
+                raise QueueConfigError(f"no handler for {name!r} is registered")
+            self._handlers.remove(name)
+            parts = self._parts
+            if self._state != "running" or parts is None:
+                return
+            pool = parts.pools.get(name)
+            tx_pool = parts.tx_pools.get(name)
+            released = 0
+            if pool is not None:
+                for unit in pool.close():
+                    pool.release_unstarted(unit)
+                    released += len(unit.jobs)
+            if tx_pool is not None:
+                tx_pool.close()
+            self._rewire(parts, dict(parts.pools), dict(parts.tx_pools))
+        log.info("handler_removed", worker_id=self.worker_id, type=name, released=released)
+        retiring = pool if pool is not None else tx_pool
+        assert retiring is not None  # noqa: S101 - every running handler has a pool
+        if wait:
+            self._retire(parts, retiring, limit)
+            return
+        threading.Thread(target=self._retire, args=(parts, retiring, limit), daemon=True,
+                         name=f"golemq-retire-{name[:40]}").start()
+
+    def _retire(
+        self, parts: _Parts, pool: TypePool | TransactionalPool, limit: float | None
+    ) -> None:
+        """Wait for a removed type's running jobs (signalled past ``limit`` seconds, as at
+        shutdown), then drop its pool from the registry."""
+        deadline = None if limit is None else time.monotonic() + limit
+        fired = False
+        while pool.busy():
+            now = time.monotonic()
+            if not fired and deadline is not None and now >= deadline:
+                fired = True
+                parts.supervisor.fire(list(pool.active.copy().values()), SHUTDOWN)
+            time.sleep(_RETIRE_TICK)
+        with self._change_lock, self._state_lock:
+            pools = {name: p for name, p in parts.pools.items() if p is not pool}
+            tx_pools = {name: p for name, p in parts.tx_pools.items() if p is not pool}
+            if len(pools) != len(parts.pools) or len(tx_pools) != len(parts.tx_pools):
+                self._rewire(parts, pools, tx_pools)
+
+    def set_concurrency(self, job_type: str | JobType[Any], concurrency: int) -> None:
+        """Run up to ``concurrency`` jobs of ``job_type`` at once from now on, without a
+        restart: more handlers start at once, surplus ones end after their current job.
+        ``QueueConfigError``: no handler for the type, or not a positive integer."""
+        name = self._registered_name(job_type)
+        with self._change_lock, self._state_lock:
+            spec = self._handlers.get(name)
+            if spec is None:
+                raise QueueConfigError(f"no handler for {name!r} is registered")
+            updated = replace(spec, concurrency=check_concurrency(name, concurrency))
+            self._handlers.replace(updated)
+            parts = self._parts
+            if self._state != "running" or parts is None:
+                return
+            pool = parts.pools.get(name)
+            tx_pool = parts.tx_pools.get(name)
+            if pool is not None:
+                pool.set_concurrency(updated)
+            if tx_pool is not None:
+                tx_pool.spec = updated
+                tx_pool.set_concurrency(concurrency)
+            self._rewire(parts, parts.pools, parts.tx_pools)
+            parts.runtime.hint((name,))
+        log.info("handler_concurrency_set", worker_id=self.worker_id, type=name,
+                 concurrency=concurrency)
+
+    def _registered_name(self, job_type: object) -> str:
+        if not isinstance(job_type, str | JobType):
+            raise QueueConfigError("a handler's job type must be a string or a JobType")
+        try:
+            return check_job_type(job_type)
+        except ValueError as exc:
+            raise QueueConfigError(str(exc)) from None
 
     def _abort_local(self, job_ids: Sequence[str], reason: str) -> None:
         # Queue.cancel* calls this for every worker of the process (golemq_pg._local): the

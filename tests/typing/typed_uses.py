@@ -145,6 +145,10 @@ Worker(store, poll_interval=0.1, lease_grace=timedelta(seconds=5), delete_on="su
 Worker(store, poll_intervall=0.1)  # expect: call-arg
 Worker(store, delete_on="sometimes")  # expect: arg-type
 Worker(store, notify="yes")  # expect: arg-type
+Worker(store, max_concurrency=8)
+Worker(store, max_concurrency="8")  # expect: arg-type
+worker.set_concurrency("email.send", 4)
+worker.remove_handler("email.send", wait=False, timeout=timedelta(seconds=5))
 
 
 # -- job and schedule control: bool on a Queue, a coroutine of it on an AsyncQueue ---------------

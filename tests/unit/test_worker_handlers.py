@@ -100,15 +100,19 @@ def test_max_batch_allowed_for_grouped_job_type() -> None:
     w.handler("h", grouped=True, max_batch=3)(noop)
 
 
-def test_registration_after_start_is_refused() -> None:
+def test_registration_after_start_adds_the_handler_and_stopping_refuses_it() -> None:
     w = worker()
     w.handler("t")(noop)
     w.start()
     try:
-        with pytest.raises(QueueConfigError, match="before the worker starts"):
+        w.handler("u")(noop)
+        assert w.handler_types == ("t", "u")
+        with pytest.raises(QueueConfigError, match="already registered"):
             w.handler("u")(noop)
     finally:
         w.stop()
+    w.handler("v")(noop)  # a stopped worker takes it for its next start
+    assert w.handler_types == ("t", "u", "v")
 
 
 def test_single_type_string_is_accepted_for_type_lists() -> None:
