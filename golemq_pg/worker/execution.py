@@ -16,6 +16,7 @@ around an ``await``, so both kinds of handler share one outcome path.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from golemq_pg import _trace_hook
@@ -48,8 +49,12 @@ class Executor:
         outcomes: Outcomes,
         supervisor: Supervisor,
         reporter: ProgressReporter,
+        started: deque[Unit] | None = None,
     ) -> None:
         self.lock = runtime.lock
+        #: Where a started unit goes for its start to be written (None: the claim wrote it;
+        #: see :mod:`~golemq_pg.worker.starts`).
+        self._started = started
         self.hub = runtime.hub
         self.supervisor = supervisor
         self.reporter = reporter
@@ -103,6 +108,8 @@ class Executor:
             return None
         spec = pool.spec
         unit.started_at = started = monotonic()
+        if self._started is not None:
+            self._started.append(unit)
         timeout = spec.timeout
         if timeout is not None:
             unit.deadline = deadline = started + timeout

@@ -43,6 +43,8 @@ class HandlerSpec:
     delete_on: str | None = None
     #: An ``async def`` handler: run as a task on the worker's event loop thread.
     is_async: bool = False
+    #: False: claim only what free handler threads start at once (no buffered jobs).
+    prefetch: bool = True
 
     @property
     def guarded(self) -> bool:
@@ -117,6 +119,7 @@ def build_spec(
     max_batch: object = None,
     transactional: object = False,
     delete_on: object = None,
+    prefetch: object = True,
 ) -> HandlerSpec:
     """Validate one handler registration into a :class:`HandlerSpec`."""
     if not isinstance(job_type, str | JobType):
@@ -167,6 +170,7 @@ def build_spec(
         transactional=is_transactional,
         delete_on=delete_on if isinstance(delete_on, str) else None,
         is_async=is_async,
+        prefetch=_flag(prefetch, "prefetch"),
     )
 
 

@@ -57,6 +57,7 @@ from golemq_pg.worker.progress import ProgressReporter
 from golemq_pg.worker.runtime import Runtime
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.shutdown import shut_down
+from golemq_pg.worker.starts import StartMarker
 from golemq_pg.worker.supervisor import Supervisor
 from golemq_pg.worker.taskpool import LoopProgress, TaskPool
 from golemq_pg.worker.transactional import (
@@ -192,6 +193,7 @@ class Worker:
         max_batch: int | None = ...,
         transactional: bool = ...,
         delete_on: DeleteOn | None = ...,
+        prefetch: bool = ...,
     ) -> TypedHandler[P]: ...
 
     @overload
@@ -208,6 +210,7 @@ class Worker:
         max_batch: int | None = ...,
         transactional: bool = ...,
         delete_on: DeleteOn | None = ...,
+        prefetch: bool = ...,
     ) -> Callable[[H], H]: ...
 
     def handler(
@@ -223,6 +226,7 @@ class Worker:
         max_batch: int | None = None,
         transactional: bool = False,
         delete_on: DeleteOn | None = None,
+        prefetch: bool = True,
     ) -> Any:
         """Register the decorated function as the handler of ``job_type``.
 
@@ -230,13 +234,16 @@ class Worker:
         after the worker started, is an error. The function is returned unchanged. An
         ``async def`` handler runs as a task on the worker's event loop thread, with the
         same semantics (README.md, "Async handlers"); ``transactional=True`` needs a plain
-        function (``QueueConfigError`` otherwise).
+        function (``QueueConfigError`` otherwise). ``prefetch=False``: claim only the jobs
+        free handler threads start at once (none waits in the worker's buffer); by default
+        the worker buffers jobs ahead of its threads, except for a type whose handlers take
+        a second or more.
         """
         options = {
             "concurrency": concurrency, "timeout": timeout,
             "serialize_by_scope": serialize_by_scope, "not_while_running": not_while_running,
             "waits_for": waits_for, "grouped": grouped, "max_batch": max_batch,
-            "transactional": transactional, "delete_on": delete_on,
+            "transactional": transactional, "delete_on": delete_on, "prefetch": prefetch,
         }
         # Validate the options before the function is known, so a bad option fails at the
         # decorator line.
@@ -367,12 +374,14 @@ class Worker:
         completer = Completer(
             store, owner, runtime.hub, unblocks=unblocked_by(runtime), hint=runtime.hint,
             wake=runtime.wake_claimer, max_items=max(cfg.batch_size or 0, 500),
-            deletes=delete_types(runtime),
+            deletes=delete_types(runtime), starts=runtime.defer_start,
         )
         outcomes = Outcomes(runtime, completer)
         supervisor = Supervisor(runtime, outcomes)
         reporter = ProgressReporter(store, owner, schedule=supervisor.call_at)
-        executor = Executor(runtime, outcomes, supervisor, reporter)
+        marker = StartMarker(runtime) if runtime.defer_start else None
+        executor = Executor(runtime, outcomes, supervisor, reporter,
+                            started=None if marker is None else marker.started)
         # One event loop thread for every async type, and none without one.
         event_loop = EventLoop(owner) if any(spec.is_async for spec in specs) else None
         for spec in specs:
@@ -400,6 +409,8 @@ class Worker:
             LeaseRenewer(runtime, abort=supervisor.abort),
             Maintenance(runtime, abort=supervisor.abort),
         ]
+        if marker is not None and pools:
+            services.append(marker)
         if cfg.notify and (pools or tx_pools):
             # None: the listener thread opens it (and retries); polling covers the gap.
             listener = self._open_listener()
