@@ -33,8 +33,6 @@ log = structlog.get_logger("golemq_pg.worker.starts")
 #: A job whose handler is still running this long after it started gets its start written
 #: by the marker (seconds); a shorter one's start travels with its outcome.
 MARK_AFTER = 0.05
-#: The marker's pause while no handler runs (seconds).
-IDLE_POLL = 0.2
 #: Most starts written by one statement.
 _CHUNK = 1000
 
@@ -66,7 +64,7 @@ class StartMarker(Service):
         if due:
             self._write(due, now)
         if not queue:
-            return IDLE_POLL
+            return None  # a handler thread kicks the marker when the next one starts
         return max(queue[0].started_at + MARK_AFTER - time.monotonic(), 0.0)
 
     def _write(self, units: list[Unit], now: float) -> None:

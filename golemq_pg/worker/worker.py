@@ -381,7 +381,8 @@ class Worker:
         reporter = ProgressReporter(store, owner, schedule=supervisor.call_at)
         marker = StartMarker(runtime) if runtime.defer_start else None
         executor = Executor(runtime, outcomes, supervisor, reporter,
-                            started=None if marker is None else marker.started)
+                            started=None if marker is None else marker.started,
+                            kick_marker=None if marker is None else marker.kick)
         # One event loop thread for every async type, and none without one.
         event_loop = EventLoop(owner) if any(spec.is_async for spec in specs) else None
         for spec in specs:
