@@ -264,6 +264,15 @@ def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
                          f"{_rate(variant.median()['jobs_per_s'])} vs "
                          f"{_rate(plain.median()['jobs_per_s'])}",
                          paired_ratio(variant, plain), "the plain drain", at_least=floor)
+    # Honest running (the claim leaves the start to the handler's, written with the outcome
+    # or by the marker) against the same drain with the claim stamping the start, as before.
+    before = _find(outcomes, "drain", "golemq-pg", f"c{CONCURRENCY}-claimstart")
+    if before and plain:
+        checks.ratio("drain with honest running >= 0.97x the drain with claim-time starts "
+                     "(same runs)", "issue 41",
+                     f"{_rate(plain.median()['jobs_per_s'])} vs "
+                     f"{_rate(before.median()['jobs_per_s'])}",
+                     paired_ratio(plain, before), "the claim-time-start drain", at_least=0.97)
 
 
 def _latency_targets(outcomes: list[Outcome], checks: _Checks) -> None:

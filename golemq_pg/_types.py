@@ -90,8 +90,9 @@ class AttemptError:
     the reaper's lost lease) or the attempt was recorded before tracebacks were kept. It
     holds the whole exception message and source lines, so it is shown only where the
     payload may be (the dashboard's job page, ``golemq-pg show``) and never logged.
-    ``started_at`` is when the attempt began (its claim), so ``at - started_at`` is its
-    duration; None for attempts recorded before migration 0012 kept it.
+    ``started_at`` is when the attempt began (its handler's start since migration 0015, its
+    claim before), so ``at - started_at`` is its duration; None for attempts recorded before
+    migration 0012 kept it.
     """
 
     attempt: int
@@ -126,14 +127,20 @@ class WorkerSummary:
     last_seen_at: datetime
     #: type -> concurrency of the handlers it runs.
     handlers: dict[str, int]
-    #: Jobs it held (running or buffered) at its last heartbeat.
+    #: Jobs whose handlers were running at its last heartbeat (a job claimed into its buffer,
+    #: not started yet, is not counted: it is PENDING).
     running: int
     state: WorkerState
 
 
 @dataclass(frozen=True, slots=True)
 class JobSummary:
-    """A read-only snapshot of one job row, as returned by inspection calls."""
+    """A read-only snapshot of one job row, as returned by inspection calls.
+
+    ``started_at`` is when the handler of its latest attempt started. A job a worker leased
+    but whose handler has not started yet (waiting in the worker's buffer for a thread) has
+    ``status`` PENDING and ``started_at`` None, although its attempt is counted.
+    """
 
     id: str
     type: str

@@ -173,6 +173,11 @@ class GolemqSystem(System):
                     Variant(self.name, f"c{CONCURRENCY}b100",
                             f"golemq-pg concurrency {CONCURRENCY}, batch_size 100",
                             {**base, "batch_size": 100}, full_only=True),
+                    # The drain as it was before honest running: the claim stamps the start,
+                    # nothing else writes it (golemq_pg.worker.runtime.DEFER_START off).
+                    Variant(self.name, f"c{CONCURRENCY}-claimstart",
+                            f"golemq-pg concurrency {CONCURRENCY}, start stamped at the claim "
+                            "(before honest running)", {**base, "claim_start": True}),
                     # The same no-op as an async def handler (tasks on the event loop).
                     Variant(self.name, f"c{CONCURRENCY}-async",
                             f"golemq-pg concurrency {CONCURRENCY}, async def handler",
@@ -277,6 +282,10 @@ class GolemqSystem(System):
             from golemq_pg.metrics import PrometheusObserver  # noqa: PLC0415
 
             observers.append(PrometheusObserver(CollectorRegistry()))
+        # Read when the worker starts: set for every variant, so none inherits another's.
+        from golemq_pg.worker import runtime  # noqa: PLC0415 - the measurement-only knob
+
+        runtime.DEFER_START = not opts.get("claim_start")
         worker = worker_cls(store, notify=opts["notify"], poll_interval=opts["poll"],
                             batch_size=opts["batch_size"], resources=resources,
                             observers=observers)

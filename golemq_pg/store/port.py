@@ -143,11 +143,18 @@ class TypeSlots:
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
-    """Claim up to ``sum(limit)`` due jobs across ``types`` for ``owner``."""
+    """Claim up to ``sum(limit)`` due jobs across ``types`` for ``owner``.
+
+    ``defer_start``: the claimed jobs' handlers do not start now (a worker's buffer): their
+    ``started_at`` stays None, so they are reported PENDING, until ``job_mark_started`` or
+    the write that finishes them records when their handler started. Otherwise the claim is
+    the start.
+    """
 
     owner: str
     types: Sequence[TypeSlots]
     resources: Mapping[str, Resource] = field(default_factory=dict)
+    defer_start: bool = False
 
 
 #: The value objects built once per job on the drain's hot path (this one, ResultRef and
@@ -245,6 +252,10 @@ class CompleteAndClaimParams:
     claim: TypeSlots
     resources: Mapping[str, Resource] = field(default_factory=dict)
     delete_types: Sequence[str] = ()
+    #: As ``job_complete_many``'s ``started``.
+    started: Sequence[float | None] | None = None
+    #: As :attr:`ClaimRequest.defer_start`, for the claim.
+    defer_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,13 +473,17 @@ class JobStore(DashboardReads, Protocol):
         """Lease up to the requested number of due jobs, honouring every guard."""
 
     def job_complete_many(
-        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """RUNNING -> SUCCEEDED for leases still held; returns the ids written.
 
         An item that is a :class:`ResultRef` with a result stores it as the job's result.
         Held jobs of a type in ``delete_types`` are deleted instead (``delete_on``), in the
         same statement. The ids written either way are announced with one "done" hint.
+        ``started``: per item, how many seconds before the store's now its handler started
+        (None: unknown), written as ``started_at`` where the row has none yet (a claim with
+        ``defer_start``); the same holds for the retry and fail verbs.
         """
 
     def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
@@ -481,13 +496,17 @@ class JobStore(DashboardReads, Protocol):
         the transaction fails nothing is written and nothing is claimed.
         """
 
-    def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
+    def job_retry_many(
+        self, owner: str, items: Sequence[RetryItem], *,
+        started: Sequence[float | None] | None = None,
+    ) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed); each attempt
         is appended to the job's history (the newest :data:`HISTORY_LIMIT` kept), with its
         traceback bounded to its last 16 KiB (``_errortext.bounded_traceback``)."""
 
     def job_fail_many(
-        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """RUNNING -> FAILED (dead letter), the attempt appended to the history (with its
         bounded traceback, as in :meth:`job_retry_many`); jobs of a type in ``delete_types``
@@ -495,6 +514,13 @@ class JobStore(DashboardReads, Protocol):
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> PENDING, due now, attempt refunded (claimed but never started)."""
+
+    def job_mark_started(
+        self, owner: str, items: Sequence[LeaseRef], started: Sequence[float]
+    ) -> set[str]:
+        """Record when the handlers of these held jobs started (``started``: per item,
+        seconds before the store's now) where a row has no start yet (a claim with
+        ``defer_start``): from then on it is reported RUNNING. Returns the ids written."""
 
     def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
         """Extend the given held leases to now() + seconds; returns the ids renewed."""

@@ -29,7 +29,7 @@ class Attempt:
     """One attempt on the job page's timeline.
 
     ``outcome``: "running", "succeeded", "failed" (the job's last, dead-lettered attempt)
-    or "retried" (failed, the job was tried again). ``started_at`` is the attempt's claim: kept with
+    or "retried" (failed, the job was tried again). ``started_at`` is the attempt's start: kept with
     each failed attempt since migration 0012, else known for the latest attempt only (the
     row keeps its latest claim); ``ended_at`` is when a failed attempt was recorded, or the
     job's finish.

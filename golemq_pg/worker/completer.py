@@ -87,6 +87,7 @@ class Completer(Service):
         delay: float = 0.003,
         max_items: int = 500,
         deletes: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+        starts: bool = False,
     ) -> None:
         super().__init__("golemq-completer", owner)
         self.store = store
@@ -114,6 +115,9 @@ class Completer(Service):
         #: Claims on completion for resource pools with a concurrency cap (attached by the
         #: Worker once the claim loop exists; see :mod:`golemq_pg.worker.poolclaim`).
         self.claims: CompletionClaims | None = None
+        #: Whether outcomes carry their handlers' starts (the claims deferred them: see
+        #: :mod:`~golemq_pg.worker.starts`).
+        self.starts = starts
 
     # -- producers (handler threads, supervisor, shutdown) ---------------------------------
     def complete(self, unit: Unit) -> None:
@@ -226,14 +230,20 @@ class Completer(Service):
 
     def _write(self, kind: int, group: list[Entry]) -> None:
         items = [item for entry in group for item in entry[2]]
+        # Each item's handler start, seconds before now (the write's database now, a round
+        # trip away): written where the row has none yet. A release never started.
+        started = _started(group) if self.starts and kind != RELEASE else None
         written: set[str] = set()
         chunks = _result_chunks(items) if kind == COMPLETE else _chunks(items)
         claims = self.claims
         # The last chunk of completions also claims the room they free (poolclaim).
         target = claims.target(e[1].pool.type for e in group) if claims and kind == COMPLETE \
             else None
+        offset = 0
         for number, chunk in enumerate(chunks, 1):
-            done = self._call(kind, chunk, target if number == len(chunks) else None)
+            starts = None if started is None else started[offset:offset + len(chunk)]
+            offset += len(chunk)
+            done = self._call(kind, chunk, target if number == len(chunks) else None, starts)
             if done is None:  # gave up (end of shutdown): the leases will expire
                 return
             written |= done
@@ -264,12 +274,13 @@ class Completer(Service):
         )
 
     def _call(
-        self, kind: int, chunk: list[Any], target: ClaimingPool | None = None
+        self, kind: int, chunk: list[Any], target: ClaimingPool | None = None,
+        started: list[float | None] | None = None,
     ) -> set[str] | None:
         failures = 0
         while True:
             try:
-                written = self._call_once(kind, chunk, target)
+                written = self._call_once(kind, chunk, target, started)
             except Exception as exc:  # noqa: BLE001 - retried with backoff, never dropped
                 target = None  # a failed attempt is retried without the claim on completion
                 failures += 1
@@ -290,26 +301,36 @@ class Completer(Service):
             return written
 
     def _call_once(
-        self, kind: int, chunk: list[Any], target: ClaimingPool | None
+        self, kind: int, chunk: list[Any], target: ClaimingPool | None,
+        started: list[float | None] | None = None,
     ) -> set[str]:
-        """One write of ``chunk`` (with the claim on completion for ``target``)."""
+        """One write of ``chunk`` (with the claim on completion for ``target``), carrying
+        each job's handler start (``started``: seconds before now, None where the start
+        marker wrote it already) so fast jobs need no start write of their own."""
         store = self.store
         owner = self.owner
         if target is not None and self.claims is not None:
             return self.claims.complete(store, owner, chunk, self.delete_succeeded,
-                                        target)
+                                        target, started)
         if kind == COMPLETE:
             if self.delete_succeeded:
                 return store.job_complete_many(
-                    owner, chunk, delete_types=self.delete_succeeded
+                    owner, chunk, delete_types=self.delete_succeeded, started=started
                 )
-            return store.job_complete_many(owner, chunk)
+            if started is None:
+                return store.job_complete_many(owner, chunk)
+            return store.job_complete_many(owner, chunk, started=started)
         if kind == RETRY:
-            return store.job_retry_many(owner, chunk)
+            if started is None:
+                return store.job_retry_many(owner, chunk)
+            return store.job_retry_many(owner, chunk, started=started)
         if kind == FAIL:
             if self.delete_failed:
-                return store.job_fail_many(owner, chunk, delete_types=self.delete_failed)
-            return store.job_fail_many(owner, chunk)
+                return store.job_fail_many(owner, chunk, delete_types=self.delete_failed,
+                                           started=started)
+            if started is None:
+                return store.job_fail_many(owner, chunk)
+            return store.job_fail_many(owner, chunk, started=started)
         return store.job_release_many(owner, chunk)
 
     def _report(self, kind: int, group: list[Entry], written: set[str]) -> None:
@@ -406,6 +427,17 @@ def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
         for other in (*spec.not_while_running, *spec.waits_for):
             found.setdefault(other, set()).add(spec.type)
     return {name: frozenset(types) for name, types in found.items()}
+
+
+def _started(group: list[Entry]) -> list[float | None]:
+    """Per item of ``group`` (in order), seconds since its unit's handler started (None: it
+    never did)."""
+    now = time.monotonic()
+    started: list[float | None] = []
+    for _, unit, items, _ in group:
+        began = unit.started_at
+        started.extend([now - began if began else None] * len(items))
+    return started
 
 
 def _chunks(items: list[Any]) -> list[list[Any]]:

@@ -418,7 +418,8 @@ class ClaimLoop(Service):
     def _claim(self, slots: list[TypeSlots]) -> list[ClaimedJob] | None:
         runtime = self.runtime
         request = ClaimRequest(
-            owner=runtime.owner, types=slots, resources=runtime.config.resources
+            owner=runtime.owner, types=slots, resources=runtime.config.resources,
+            defer_start=runtime.defer_start,
         )
         try:
             jobs = runtime.store.job_claim(request)

@@ -16,6 +16,8 @@ around an ``await``, so both kinds of handler share one outcome path.
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from golemq_pg import _trace_hook
@@ -48,8 +50,14 @@ class Executor:
         outcomes: Outcomes,
         supervisor: Supervisor,
         reporter: ProgressReporter,
+        started: deque[Unit] | None = None,
+        kick_marker: Callable[[], None] | None = None,
     ) -> None:
         self.lock = runtime.lock
+        #: Where a started unit goes for its start to be written (None: the claim wrote it;
+        #: see :mod:`~golemq_pg.worker.starts`).
+        self._started = started
+        self._kick_marker = kick_marker or _nothing
         self.hub = runtime.hub
         self.supervisor = supervisor
         self.reporter = reporter
@@ -103,6 +111,11 @@ class Executor:
             return None
         spec = pool.spec
         unit.started_at = started = monotonic()
+        marks = self._started
+        if marks is not None:
+            marks.append(unit)
+            if len(marks) == 1:  # the marker may be waiting for a first start
+                self._kick_marker()
         timeout = spec.timeout
         if timeout is not None:
             unit.deadline = deadline = started + timeout
@@ -156,6 +169,10 @@ class Executor:
         if won:
             self._decide(unit, error)
         pool.active.pop(unit.key, None)
+
+
+def _nothing() -> None:
+    """No marker to wake."""
 
 
 __all__ = ["Executor", "SlotPool"]

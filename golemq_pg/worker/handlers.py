@@ -46,6 +46,8 @@ class HandlerSpec:
     #: Transactional handlers only: seconds the claim's transaction may stay open before
     #: the worker logs ``transaction_slow`` and reports a "transaction-slow" WorkerError.
     transaction_warning: float | None = None
+    #: False: claim only what free handler threads start at once (no buffered jobs).
+    prefetch: bool = True
 
     @property
     def guarded(self) -> bool:
@@ -135,6 +137,7 @@ def build_spec(
     transactional: object = False,
     delete_on: object = None,
     transaction_warning: object = None,
+    prefetch: object = True,
 ) -> HandlerSpec:
     """Validate one handler registration into a :class:`HandlerSpec`."""
     if not isinstance(job_type, str | JobType):
@@ -187,6 +190,7 @@ def build_spec(
         delete_on=delete_on if isinstance(delete_on, str) else None,
         is_async=is_async,
         transaction_warning=warning,
+        prefetch=_flag(prefetch, "prefetch"),
     )
 
 

@@ -62,7 +62,7 @@ from golemq_pg.worker.completer import delete_types
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
-from golemq_pg.worker.units import Unit
+from golemq_pg.worker.units import RUNNING, Unit
 
 if TYPE_CHECKING:
     from golemq_pg.worker.config import WorkerConfig
@@ -227,7 +227,9 @@ class Maintenance(Service):
     def heartbeat(self) -> None:
         """Refresh this worker's registry row (and sweep long-lost ones)."""
         runtime = self.runtime
-        held = sum(len(unit.jobs) for unit in runtime.units() + runtime.tx_units())
+        # Running: the jobs whose handlers started (a buffered one is PENDING to readers).
+        held = sum(len(unit.jobs) for unit in runtime.units() + runtime.tx_units()
+                   if unit.state == RUNNING)
         stopping = self._stopping or runtime.stopping
         swept = runtime.store.worker_heartbeat(
             WorkerBeat(

@@ -10,8 +10,10 @@ raises ``BaseException`` fails its attempt and its thread carries on.
 Capacity: a type holds at most ``concurrency + prefetch`` units (running plus buffered).
 The prefetch adapts to the handler: about twice what the slots finish during one claim
 round trip (both measured), so fast handlers never wait for a claim while slow handlers do
-not hoard jobs that other workers could run. It stays between ``concurrency`` and
-:data:`MAX_ADAPTIVE_PREFETCH` (two claims of :data:`DEFAULT_CLAIM_CAP`) by default; with an
+not hoard jobs that other workers could run. It is 0 until a handler's duration is known,
+then stays between ``concurrency`` and :data:`MAX_ADAPTIVE_PREFETCH` (two claims of
+:data:`DEFAULT_CLAIM_CAP`) by default, and is 0 again for a type whose handlers take
+:data:`SLOW_HANDLER` or more, or with ``prefetch=False``; with an
 explicit ``batch_size`` B it starts at B
 and stays between ``min(concurrency, 2B)`` and ``2B``, so the next batch of B can be claimed
 while the current one runs. The claim loop refills a type when its buffer drains to
@@ -43,6 +45,9 @@ DEFAULT_CLAIM_CAP = 500
 #: single claim's worth the buffer ran dry during every claim and the claim connection sat
 #: idle while the handlers caught up: a drain measured 0 jobs buffered at each claim).
 MAX_ADAPTIVE_PREFETCH = 2 * DEFAULT_CLAIM_CAP
+#: A type whose handlers take this long on average (seconds) buffers nothing ahead of its
+#: threads: it claims only what free threads start at once.
+SLOW_HANDLER = 1.0
 #: Weight of the newest handler duration in the running average.
 _DURATION_WEIGHT = 0.2
 
@@ -85,9 +90,14 @@ class TypePool:
         self.outcomes = outcomes
         self.type = spec.type
         concurrency = spec.concurrency
-        if batch_size is None:
+        if not spec.prefetch:
+            # prefetch=False: only what free threads start at once is claimed.
+            self.max_prefetch = self.prefetch = 0
+        elif batch_size is None:
             self.max_prefetch = max(MAX_ADAPTIVE_PREFETCH, concurrency)
-            self.prefetch = concurrency
+            # Nothing buffered until a handler's duration is known: a type whose first jobs
+            # take seconds must not hoard them while other workers are free.
+            self.prefetch = 0
         else:
             self.max_prefetch = 2 * batch_size
             self.prefetch = batch_size
@@ -172,6 +182,10 @@ class TypePool:
         concurrency = self.spec.concurrency
         finished_per_claim = concurrency * claim_seconds / max(avg, 1e-6)
         prefetch = int(min(max(2 * finished_per_claim, self.min_prefetch), self.max_prefetch))
+        if avg >= SLOW_HANDLER:
+            # A slow type is not hoarded: a buffered job would wait seconds for a thread of
+            # this worker while another worker's threads may be free.
+            prefetch = 0
         if prefetch != self.prefetch:
             self.prefetch = prefetch
             self.capacity = concurrency + prefetch

@@ -118,6 +118,7 @@ class CompletionClaims:
         items: Sequence[LeaseRef],
         delete_types: Sequence[str],
         pool: ClaimingPool,
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """Complete ``items`` and claim the room of ``pool`` in one store call; the claimed
         units go to the buffers. Returns the ids written (an error propagates: nothing was
@@ -137,6 +138,8 @@ class CompletionClaims:
                     claim=type_slots(pool, limit),
                     resources=self.runtime.config.resources,
                     delete_types=delete_types,
+                    started=started,
+                    defer_start=self.runtime.defer_start,
                 )
             )
             claimed = list(result.claimed)

@@ -29,6 +29,11 @@ HANDOFF = 0.05
 LOG_IDS = 20
 
 
+#: Whether the worker's claims leave a job's start to its handler's (see :mod:`starts`).
+#: The benchmark harness turns it off in its own worker processes to measure the drain as it
+#: was before (the claim stamps the start, nothing else writes it); nothing else may.
+DEFER_START = True
+
 class SharedPool(UnitPool, Protocol):
     """A pool as the shared state sees it: its units, and a way to say work may be due."""
 
@@ -141,6 +146,8 @@ class Runtime:
             self._freed_at = time.monotonic()
         if wake:
             self.wake_claimer()
+        #: Whether the claims leave the start to the handler's (see :mod:`starts`).
+        self.defer_start = DEFER_START
 
     # -- views ------------------------------------------------------------------------------
     def units(self) -> list[Unit]:

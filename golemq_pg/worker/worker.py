@@ -62,6 +62,7 @@ from golemq_pg.worker.progress import ProgressReporter
 from golemq_pg.worker.runtime import Runtime
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.shutdown import shut_down
+from golemq_pg.worker.starts import StartMarker
 from golemq_pg.worker.supervisor import Supervisor
 from golemq_pg.worker.taskpool import LoopProgress, TaskPool
 from golemq_pg.worker.transactional import (
@@ -228,6 +229,7 @@ class Worker:
         transactional: bool = ...,
         delete_on: DeleteOn | None = ...,
         transaction_warning: Duration | None = ...,
+        prefetch: bool = ...,
     ) -> TypedHandler[P]: ...
 
     @overload
@@ -245,6 +247,7 @@ class Worker:
         transactional: bool = ...,
         delete_on: DeleteOn | None = ...,
         transaction_warning: Duration | None = ...,
+        prefetch: bool = ...,
     ) -> Callable[[H], H]: ...
 
     def handler(
@@ -261,6 +264,7 @@ class Worker:
         transactional: bool = False,
         delete_on: DeleteOn | None = None,
         transaction_warning: Duration | None = None,
+        prefetch: bool = True,
     ) -> Any:
         """Register the decorated function as the handler of ``job_type``.
 
@@ -275,14 +279,17 @@ class Worker:
         transactional handlers only, else ``QueueConfigError``): when the claim's
         transaction stays open longer, the worker logs ``transaction_slow`` (no payload)
         and reports a ``WorkerError`` of kind ``"transaction-slow"`` to observers'
-        ``on_error``, once per attempt.
+        ``on_error``, once per attempt. ``prefetch=False``: claim only the jobs free handler
+        threads start at once (none waits in the worker's buffer); by default the worker
+        buffers jobs ahead of its threads, except for a type whose handlers take a second or
+        more.
         """
         options = {
             "concurrency": concurrency, "timeout": timeout,
             "serialize_by_scope": serialize_by_scope, "not_while_running": not_while_running,
             "waits_for": waits_for, "grouped": grouped, "max_batch": max_batch,
             "transactional": transactional, "delete_on": delete_on,
-            "transaction_warning": transaction_warning,
+            "transaction_warning": transaction_warning, "prefetch": prefetch,
         }
         # Validate the options before the function is known, so a bad option fails at the
         # decorator line.
@@ -417,12 +424,15 @@ class Worker:
         completer = Completer(
             store, owner, runtime.hub, unblocks=unblocked_by(runtime), hint=runtime.hint,
             wake=runtime.wake_claimer, max_items=max(cfg.batch_size or 0, 500),
-            deletes=delete_types(runtime),
+            deletes=delete_types(runtime), starts=runtime.defer_start,
         )
         outcomes = Outcomes(runtime, completer)
         supervisor = Supervisor(runtime, outcomes)
         reporter = ProgressReporter(store, owner, schedule=supervisor.call_at)
-        executor = Executor(runtime, outcomes, supervisor, reporter)
+        marker = StartMarker(runtime) if runtime.defer_start else None
+        executor = Executor(runtime, outcomes, supervisor, reporter,
+                            started=None if marker is None else marker.started,
+                            kick_marker=None if marker is None else marker.kick)
         # One event loop thread for every async type, and none without one.
         event_loop = EventLoop(owner) if any(spec.is_async for spec in specs) else None
         claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
@@ -445,6 +455,10 @@ class Worker:
                                   batch_cap=claim_loop.batch_size)
         if claims:
             completer.claims = parts.claims = claims
+        if marker is not None:
+            # Writes the start of jobs still running a moment after their handler began
+            # (also for handlers added later, so it runs whatever the pools at start).
+            services.append(marker)
         if cfg.notify and (pools or tx_pools):
             # None: the listener thread opens it (and retries); polling covers the gap.
             listener = self._open_listener()

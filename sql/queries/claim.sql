@@ -18,9 +18,11 @@
 -- Fast path, one statement for every unguarded type with free slots: claim_jobs() (migration
 -- 0006, where the statement and its locking are described), whose plan is made once per
 -- session instead of at every call. Returns the columns of fragment_claimed_output in claim
--- order. lock_prefix is '<schema>:type:', as for the guarded claims' locks.
+-- order. lock_prefix is '<schema>:type:', as for the guarded claims' locks. stamp (0015):
+-- whether the claim is the handler's start (a transactional handler's); otherwise started_at
+-- stays NULL until the worker writes the handler's start (reported PENDING until then).
 SELECT * FROM {schema}.claim_jobs(%(owner)s::text, %(lock_prefix)s::text, %(types)s::text[],
-                                  %(limits)s::int[], %(leases)s::float8[])
+                                  %(limits)s::int[], %(leases)s::float8[], %(stamp)s::boolean)
 
 
 -- name: fragment_claimed_columns
@@ -30,8 +32,8 @@ SELECT * FROM {schema}.claim_jobs(%(owner)s::text, %(lock_prefix)s::text, %(type
 j.id, j.type, j.payload::text AS payload, j.scope_type, j.scope_id, j.attempts,
 j.max_attempts, j.priority, j.lease_token, j.created_at, j.lease_expires_at, j.run_at,
 j.trace_context::text AS trace_context,
--- waited: due time to this claim, both from the database clock (started_at is the new value)
-greatest(extract(epoch FROM j.started_at - j.run_at), 0)::float8 AS waited
+-- waited: due time to this claim, both from the database clock
+greatest(extract(epoch FROM statement_timestamp() - j.run_at), 0)::float8 AS waited
 
 
 -- name: fragment_claimed_output
@@ -376,7 +378,8 @@ upd AS (
            lease_owner = %(owner)s::text,
            lease_token = j.lease_token + 1,
            lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s::float8),
-           started_at = statement_timestamp(),
+           -- the handler's start, written by the worker (0015), unless the claim is it
+           started_at = CASE WHEN %(stamp)s::boolean THEN statement_timestamp() END,
            updated_at = statement_timestamp()
      WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l WHERE l.status = 'pending'))
     RETURNING {fragment_claimed_columns}

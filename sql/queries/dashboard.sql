@@ -40,7 +40,10 @@ dead AS (
     SELECT h.type, h.n FROM {schema}.history_totals h WHERE h.status = 'failed'
 ),
 run AS (
-    SELECT j.type, count(*) AS n FROM {schema}.jobs j WHERE j.status = 'running' GROUP BY j.type
+    -- a running row without started_at (claimed, its handler not started: 0015) is due
+    SELECT j.type, count(*) FILTER (WHERE j.started_at IS NOT NULL) AS n,
+           count(*) FILTER (WHERE j.started_at IS NULL) AS unstarted
+      FROM {schema}.jobs j WHERE j.status = 'running' GROUP BY j.type
 ),
 types AS (
     SELECT p.type FROM pend p WHERE p.type IS NOT NULL
@@ -53,7 +56,7 @@ SELECT t.type,
             ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
                                          WHERE j.status = 'pending' AND j.type = t.type
                                            AND j.run_at <= now() LIMIT %(cap)s::bigint) x)
-       END AS due,
+       END + coalesce((SELECT r.unstarted FROM run r WHERE r.type = t.type), 0) AS due,
        CASE WHEN c.seen < %(cap)s::bigint THEN c.scheduled
             ELSE (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
                                          WHERE j.status = 'pending' AND j.type = t.type

@@ -214,11 +214,15 @@ SELECT j.payload::text FROM {schema}.jobs_all j WHERE j.id = %(id)s::bigint
 -- through its partial index (index-only where the visibility map allows), finished ones
 -- read from the maintained counts (plus an older release's rows not moved yet): exact, and
 -- as fast at 10M finished rows as at none.
+-- A running row without started_at (claimed, its handler not started: 0015) counts as
+-- pending.
 SELECT c.status, sum(c.n)::bigint
   FROM (SELECT 'pending' AS status, count(*) AS n
           FROM {schema}.jobs j WHERE j.status = 'pending'
         UNION ALL
-        SELECT 'running', count(*) FROM {schema}.jobs j WHERE j.status = 'running'
+        SELECT CASE WHEN j.started_at IS NULL THEN 'pending' ELSE 'running' END, count(*)
+          FROM {schema}.jobs j WHERE j.status = 'running'
+         GROUP BY j.started_at IS NULL
         UNION ALL
         SELECT j.status, count(*) FROM {schema}.jobs j
          WHERE j.status IN ('succeeded', 'failed') GROUP BY j.status
@@ -231,8 +235,8 @@ SELECT c.status, sum(c.n)::bigint
 -- Mutually exclusive buckets: a PENDING job is either due (pending) or in the future
 -- (scheduled, which includes retry backoff). Live rows are counted in `jobs`, finished ones
 -- (and an older release's finished rows not moved yet) added from the maintained counts.
-SELECT p.pending, p.scheduled,
-       (SELECT count(*) FROM {schema}.jobs j WHERE j.status = 'running') AS running,
+-- A running row without started_at (claimed, its handler not started: 0015) is pending.
+SELECT p.pending + r.unstarted, p.scheduled, r.running,
        f.succeeded + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
                                 WHERE t.status = 'succeeded'), 0) AS succeeded,
        f.failed + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
@@ -240,6 +244,9 @@ SELECT p.pending, p.scheduled,
   FROM (SELECT count(*) FILTER (WHERE j.run_at <= now()) AS pending,
                count(*) FILTER (WHERE j.run_at > now()) AS scheduled
           FROM {schema}.jobs j WHERE j.status = 'pending') p,
+       (SELECT count(*) FILTER (WHERE j.started_at IS NOT NULL) AS running,
+               count(*) FILTER (WHERE j.started_at IS NULL) AS unstarted
+          FROM {schema}.jobs j WHERE j.status = 'running') r,
        (SELECT count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
                count(*) FILTER (WHERE j.status = 'failed') AS failed
           FROM {schema}.jobs j WHERE j.status IN ('succeeded', 'failed')) f
@@ -257,7 +264,8 @@ SELECT c.type, sum(c.pending)::bigint, sum(c.scheduled)::bigint, sum(c.running):
           FROM {schema}.jobs j WHERE j.status = 'pending'
          GROUP BY j.type
         UNION ALL
-        SELECT j.type, 0, 0, count(*), 0, 0
+        SELECT j.type, count(*) FILTER (WHERE j.started_at IS NULL), 0,
+               count(*) FILTER (WHERE j.started_at IS NOT NULL), 0, 0
           FROM {schema}.jobs j WHERE j.status = 'running'
          GROUP BY j.type
         UNION ALL

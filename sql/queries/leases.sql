@@ -6,7 +6,9 @@
 -- N outcomes costs one round trip.
 --
 -- The writes given a list of ids run inside functions of migration 0007 (complete_jobs and
--- the others; fail_jobs and retry_jobs with a traceback per item since 0010), which plan with their own settings so that `jobs` is only ever read through
+-- the others; fail_jobs and retry_jobs with a traceback per item since 0010; the finishing
+-- writes with each item's handler start, %(started)s, since 0015: seconds before now(),
+-- written where the row has no start yet), which plan with their own settings so that `jobs` is only ever read through
 -- the primary key, one descent per id: a statement here was planned from the partial indexes
 -- on running rows whenever the statistics said nothing ran (a VACUUM ANALYZE while idle),
 -- and then read every running row and every dead entry of that index on each call. The
@@ -19,7 +21,8 @@
 -- listens for). The ids written come back as one comma-separated text (NULL: none), not a
 -- row each: the client splits it at C speed instead of building a row per job (the
 -- completer's thread).
-SELECT {schema}.complete_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[]) AS ids
+SELECT {schema}.complete_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
+                              %(started)s::float8[]) AS ids
 
 
 -- name: job_complete_many_with_results
@@ -29,7 +32,8 @@ SELECT {schema}.complete_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bi
 -- of a few hundred results cost the client several milliseconds to send, the array's text a
 -- fraction of that (measured).
 SELECT {schema}.complete_jobs_with_results(
-           %(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb) AS ids
+           %(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb,
+           %(started)s::float8[]) AS ids
 
 
 -- name: job_complete_many_deleting
@@ -38,7 +42,7 @@ SELECT {schema}.complete_jobs_with_results(
 -- same fence. Returns the ids written either way (one comma-separated text).
 SELECT {schema}.complete_jobs_deleting(
            %(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::jsonb,
-           %(delete_types)s::text[]) AS ids
+           %(delete_types)s::text[], %(started)s::float8[]) AS ids
 
 
 -- name: job_fail_many
@@ -49,7 +53,8 @@ SELECT {schema}.complete_jobs_deleting(
 SELECT f.id
   FROM {schema}.fail_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
                           %(errors)s::text[], %(tracebacks)s::text[],
-                          %(delete_types)s::text[], %(history)s::int) AS f(id)
+                          %(delete_types)s::text[], %(history)s::int,
+                          %(started)s::float8[]) AS f(id)
 
 
 -- name: job_retry_many
@@ -60,7 +65,8 @@ SELECT f.id
 SELECT r.id
   FROM {schema}.retry_jobs(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
                            %(delays)s::float8[], %(errors)s::text[], %(tracebacks)s::text[],
-                           %(consume)s::boolean[], %(history)s::int) AS r(id)
+                           %(consume)s::boolean[], %(history)s::int,
+                           %(started)s::float8[]) AS r(id)
 
 
 -- name: job_release_many
@@ -77,6 +83,15 @@ SELECT r.id
 SELECT r.id
   FROM {schema}.renew_leases(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
                              %(seconds)s::float8) AS r(id)
+
+
+-- name: job_mark_started
+-- The handler starts of jobs still running (mark_jobs_started of 0015): each item's start,
+-- seconds before now(), written to a held row that has none (claimed, not started until
+-- now it is reported PENDING). Returns the ids written.
+SELECT m.id
+  FROM {schema}.mark_jobs_started(%(owner)s::text, %(ids)s::bigint[], %(tokens)s::bigint[],
+                                  %(started)s::float8[]) AS m(id)
 
 
 -- name: lease_held

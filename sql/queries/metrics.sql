@@ -89,7 +89,11 @@ failed AS (
      GROUP BY x.type
 ),
 running AS (
-    SELECT j.type, least(count(*), %(cap)s::int)::bigint AS running
+    -- a running row without started_at (claimed, its handler not started: 0015) is pending
+    SELECT j.type,
+           least(count(*) FILTER (WHERE j.started_at IS NOT NULL), %(cap)s::int)::bigint
+             AS running,
+           count(*) FILTER (WHERE j.started_at IS NULL) AS unstarted
       FROM {schema}.jobs j
      WHERE j.status = 'running'
      GROUP BY j.type
@@ -110,7 +114,8 @@ types(type) AS (
     UNION SELECT s.type FROM served s
 )
 SELECT t.type,
-       coalesce(b.pending, 0), coalesce(b.scheduled, 0), coalesce(r.running, 0),
+       least(coalesce(b.pending, 0) + coalesce(r.unstarted, 0), %(cap)s::int),
+       coalesce(b.scheduled, 0), coalesce(r.running, 0),
        coalesce(f.failed, 0),
        extract(epoch FROM now() - b.oldest_due)::float8,
        EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = t.type)

@@ -15,13 +15,19 @@ from typing import Any
 import psycopg
 import pytest
 
-from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from golemq_pg import JobEvent, JobStatus, JobSummary, PostgresStore, Queue, Worker
 from golemq_pg.store.port import LeaseRef
 from tests.support.in_process import add_job, fast_worker
 from tests.support.ledgers import effects, insert_effect
 from tests.support.observers import Recorder
 from tests.support.store_port import claim, slots
 from tests.support.waiting import wait_until
+
+
+def _in_status(queue: Queue, job_id: str, status: JobStatus) -> JobSummary | None:
+    """The job's row once it has ``status`` (None before)."""
+    summary = queue.get(job_id)
+    return summary if summary is not None and summary.status is status else None
 
 
 def _status(queue: Queue, job_id: str | None) -> JobStatus | None:
@@ -58,8 +64,8 @@ def test_cancel_pending_for_scope_leaves_running_work_alone(store: Any) -> None:
         elsewhere = queue.add("render", {"n": 4}, scope=("Doc", "d2"))
         assert queue.cancel_pending_for_scope(("Doc", "d1"), reason="superseded") == 3
         assert not signals[0].cancelled  # the running job was not touched
-        summary = queue.get(first)
-        assert summary is not None
+        # Shown running once its handler's start is written (within ~50 ms of it).
+        summary = wait_until(lambda: _in_status(queue, first, JobStatus.RUNNING), timeout=5)
         assert summary.status is JobStatus.RUNNING
         assert all(queue.get(job_id) is None for job_id in queued)  # type: ignore[arg-type]
         assert queue.cancel_pending_for_scope(("Doc", "d1")) == 0
@@ -208,9 +214,11 @@ def test_cancel_of_a_buffered_job_never_runs_it(store: Any) -> None:
     worker.start()
     try:
         assert first_started.wait(10)
-        # Jobs 1 and 2 are claimed into the buffer behind the running one.
-        wait_until(lambda: all(queue.get(i).status is JobStatus.RUNNING for i in ids),  # type: ignore[arg-type,union-attr]
+        # Jobs 1 and 2 are claimed into the buffer behind the running one: leased (attempt
+        # counted) but shown PENDING, their handlers not started.
+        wait_until(lambda: all(queue.get(i).attempts == 1 for i in ids),  # type: ignore[arg-type,union-attr]
                    timeout=5)
+        assert queue.get(ids[1]).status is JobStatus.PENDING  # type: ignore[arg-type,union-attr]
         assert queue.cancel(ids[1]) is True  # type: ignore[arg-type]
         gate.set()
         wait_until(lambda: queue.get(ids[2]).status is JobStatus.SUCCEEDED, timeout=10)  # type: ignore[arg-type,union-attr]

@@ -30,7 +30,8 @@ def test_running_work_finishes_within_grace_and_buffered_work_is_released(store:
     ids = [queue.add("job", {"n": n}) for n in range(5)]
     worker.start()
     assert started.wait(10)
-    wait_until(lambda: sum(queue.get(i).status is JobStatus.RUNNING for i in ids) == 5,  # type: ignore[arg-type,union-attr]
+    # All five leased (attempt counted): one running, four in the buffer (shown PENDING).
+    wait_until(lambda: sum(queue.get(i).attempts == 1 for i in ids) == 5,  # type: ignore[arg-type,union-attr]
                timeout=5)
     t0 = time.monotonic()
     worker.stop()

@@ -144,11 +144,13 @@ class _StalledCompletions(InMemoryStore):
         self.stalled = threading.Event()
 
     def job_complete_many(
-        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         self.stalled.set()
         assert self.go.wait(30)
-        return super().job_complete_many(owner, items, delete_types=delete_types)
+        return super().job_complete_many(owner, items, delete_types=delete_types,
+                                         started=started)
 
 
 def _settled(count: Callable[[], int], quiet: float = 0.5, limit: float = 20.0) -> int:

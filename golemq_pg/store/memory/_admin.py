@@ -20,9 +20,10 @@ STATS_BUCKETS = ("pending", "scheduled", "running", "succeeded", "failed")
 
 def _bucket(row: JobRow, now: datetime) -> str:
     """A row's ``job_stats`` bucket: PENDING splits into due now and scheduled later."""
-    if row.status is JobStatus.PENDING:
+    status = row.shown_status  # claimed, handler not started: PENDING
+    if status is JobStatus.PENDING:
         return "pending" if row.run_at <= now else "scheduled"
-    return row.status.value
+    return status.value
 
 
 def stats(table: JobTable, now: datetime) -> dict[str, int]:

@@ -275,13 +275,13 @@ class ClaimPass:
         row.lease_owner = self._request.owner
         row.lease_token += 1
         row.lease_expires_at = now + timedelta(seconds=slots.lease_seconds)
-        row.started_at = now
+        # The handler's start, unless it is written later (ClaimRequest.defer_start).
+        row.started_at = None if self._request.defer_start else now
         row.updated_at = now
 
     @staticmethod
     def _claimed(row: JobRow) -> ClaimedJob:
         assert row.lease_expires_at is not None  # noqa: S101 - set by _lease just before
-        assert row.started_at is not None  # noqa: S101 - likewise
         return ClaimedJob(
             id=str(row.id),
             type=row.type,
@@ -294,6 +294,7 @@ class ClaimPass:
             enqueued_at=row.created_at,
             lease_expires_at=row.lease_expires_at,
             trace_context=copy_trace(row.trace_context),
-            # due time to this claim (started_at), like PostgreSQL's fragment_claimed_columns
-            waited=max((row.started_at - row.run_at).total_seconds(), 0.0),
+            # due time to this claim (updated_at: the claim's), like PostgreSQL's
+            # fragment_claimed_columns
+            waited=max((row.updated_at - row.run_at).total_seconds(), 0.0),
         )

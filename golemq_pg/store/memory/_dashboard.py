@@ -63,8 +63,10 @@ class DashboardVerbs:
         oldest: dict[str, datetime] = {}
         for row in [*live, *failed]:
             counts = per_type.setdefault(row.type, dict.fromkeys(("d", "s", "r", "f"), 0))
-            if row.status is JobStatus.RUNNING:
+            if row.status is JobStatus.RUNNING and row.started_at is not None:
                 counts["r"] += 1
+            elif row.status is JobStatus.RUNNING:
+                counts["d"] += 1  # claimed, its handler not started: shown as due
             elif row.status is JobStatus.FAILED:
                 counts["f"] += 1
             elif row.run_at <= now:

@@ -45,7 +45,9 @@ class MetricsVerbs:
                 else:
                     slot[_SCHEDULED] += 1
             for row in self._jobs.running.values():
-                counts.setdefault(row.type, [0, 0, 0, 0])[_RUNNING] += 1
+                # claimed, its handler not started: counted pending, as on PostgreSQL
+                counts.setdefault(row.type, [0, 0, 0, 0])[
+                    _RUNNING if row.started_at is not None else _PENDING] += 1
             for row in self._jobs.rows.values():
                 if row.status is JobStatus.FAILED:
                     counts.setdefault(row.type, [0, 0, 0, 0])[_FAILED] += 1

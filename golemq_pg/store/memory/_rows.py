@@ -85,6 +85,14 @@ class JobRow:
         if len(self.errors) > HISTORY_LIMIT:
             del self.errors[: len(self.errors) - HISTORY_LIMIT]
 
+    @property
+    def shown_status(self) -> JobStatus:
+        """The status readers report: a leased row whose handler has not started (no
+        ``started_at``: held in a worker's buffer) is PENDING, as on PostgreSQL."""
+        if self.status is JobStatus.RUNNING and self.started_at is None:
+            return JobStatus.PENDING
+        return self.status
+
     def is_live(self, now: datetime) -> bool:
         """Running under a lease that has not expired: the only kind of row a guard sees."""
         return (
@@ -107,7 +115,7 @@ class JobRow:
             id=str(self.id),
             type=self.type,
             scope=self.scope,
-            status=self.status,
+            status=self.shown_status,
             attempts=self.attempts,
             max_attempts=self.max_attempts,
             last_error=self.last_error,

@@ -272,21 +272,24 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         return list(held.values())
 
     def job_complete_many(
-        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """RUNNING -> SUCCEEDED for leases still held (a :class:`ResultRef`'s result kept);
         jobs of a type in ``delete_types`` are deleted instead. One "done" hint per call."""
         with self._lock:
-            return self._complete(owner, items, delete_types, self._read_clock())
+            return self._complete(owner, items, delete_types, self._read_clock(), started)
 
     def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
         """``job_complete_many`` then a claim of ``params.claim``, under one hold of the lock
         (the transaction): the claim sees the completed rows' capacity as free."""
         with self._lock:
             now = self._read_clock()
-            written = self._complete(params.owner, params.items, params.delete_types, now)
+            written = self._complete(params.owner, params.items, params.delete_types, now,
+                                     params.started)
             request = ClaimRequest(
-                owner=params.owner, types=[params.claim], resources=params.resources
+                owner=params.owner, types=[params.claim], resources=params.resources,
+                defer_start=params.defer_start,
             )
             claimed = ClaimPass(
                 self._jobs, self._budgets, request, now, self._rate_window, self._paused
@@ -294,11 +297,14 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             return CompleteAndClaimResult(written=written, claimed=claimed)
 
     def _complete(
-        self, owner: str, items: Sequence[LeaseRef], delete_types: Sequence[str], now: datetime
+        self, owner: str, items: Sequence[LeaseRef], delete_types: Sequence[str], now: datetime,
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """The body of ``job_complete_many``, with the lock held."""
         written: list[str] = []
+        starts = _starts(items, started)
         for row, item in self._held(owner, items):
+            _stamp_start(row, starts, now)
             if row.type in delete_types:
                 self._jobs.delete(row)
             else:
@@ -310,15 +316,18 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         return set(written)
 
     def job_fail_many(
-        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """RUNNING -> FAILED (dead letter) with the last error, appended to the history;
         jobs of a type in ``delete_types`` are deleted instead. One "done" hint per call."""
         with self._lock:
             now = self._read_clock()
             written: list[str] = []
+            starts = _starts(items, started)
             for row, item in self._held(owner, items):
                 assert isinstance(item, FailItem)  # noqa: S101 - _held returns the input items
+                _stamp_start(row, starts, now)
                 if row.type in delete_types:
                     self._jobs.delete(row)
                 else:
@@ -329,14 +338,19 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             self._announce_done(written)
             return set(written)
 
-    def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
+    def job_retry_many(
+        self, owner: str, items: Sequence[RetryItem], *,
+        started: Sequence[float | None] | None = None,
+    ) -> set[str]:
         """RUNNING -> PENDING after ``delay`` seconds; the attempt is refunded unless consumed.
         The attempt is appended to the history first."""
         with self._lock:
             now = self._read_clock()
             written = set()
+            starts = _starts(items, started)
             for row, item in self._held(owner, items):
                 assert isinstance(item, RetryItem)  # noqa: S101 - _held returns the input items
+                _stamp_start(row, starts, now)
                 row.last_error = item.error
                 row.record_attempt(item.error, row.lease_owner, now, item.traceback)
                 if not item.consume_attempt:
@@ -349,6 +363,20 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         """Like ``notify_jobs_done``: one "done" notification naming the ids (lock held)."""
         if ids:
             self._publish(Notification("done", tuple(ids)))
+
+    def job_mark_started(
+        self, owner: str, items: Sequence[LeaseRef], started: Sequence[float]
+    ) -> set[str]:
+        """Record the handler starts of held jobs that have none yet (see the port)."""
+        with self._lock:
+            now = self._read_clock()
+            starts = _starts(items, started)
+            written = set()
+            for row, _ in self._held(owner, items):
+                if row.started_at is None and starts.get(str(row.id)) is not None:
+                    _stamp_start(row, starts, now)
+                    written.add(str(row.id))
+            return written
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
         """RUNNING -> PENDING due now, attempt refunded (claimed but never started)."""
@@ -505,7 +533,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         with self._lock:
             counts = dict.fromkeys(JobStatus, 0)
             for row in self._jobs.rows.values():
-                counts[row.status] += 1
+                counts[row.shown_status] += 1
             return counts
 
     def job_stats(self) -> dict[str, int]:
@@ -681,3 +709,22 @@ def _due_time(run_at: datetime | None, delay: float, now: datetime) -> datetime:
 
 
 __all__ = ["Clock", "InMemoryStore"]
+
+
+def _starts(
+    items: Sequence[LeaseRef | RetryItem | FailItem],
+    started: Sequence[float | None] | None,
+) -> dict[str, float | None]:
+    """Each item's handler start (seconds before now) by job id; {} when none are given."""
+    if started is None:
+        return {}
+    return {item.id: ago for item, ago in zip(items, started, strict=False)}
+
+
+def _stamp_start(row: JobRow, starts: dict[str, float | None], now: datetime) -> None:
+    """Write the handler's start to a held row that has none (``mark_jobs_started`` and the
+    finishing functions of 0015): its own start wins."""
+    if row.started_at is None:
+        ago = starts.get(str(row.id))
+        if ago is not None:
+            row.started_at = now - timedelta(seconds=ago)

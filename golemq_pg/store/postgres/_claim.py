@@ -139,9 +139,13 @@ class Claimer:
                 fast.append(slot)
         return fast, guarded
 
-    def fast_params(self, owner: str, slots: Sequence[TypeSlots]) -> dict[str, Any]:
-        """Parameters of ``job_claim`` for the unguarded types."""
+    def fast_params(
+        self, owner: str, slots: Sequence[TypeSlots], *, stamp: bool = True
+    ) -> dict[str, Any]:
+        """Parameters of ``job_claim`` for the unguarded types (``stamp``: the claim is the
+        handlers' start, see ``ClaimRequest.defer_start``)."""
         return {
+            "stamp": stamp,
             "owner": owner,
             "lock_prefix": self._type_prefix,
             "types": [s.type for s in slots],
@@ -150,9 +154,10 @@ class Claimer:
         }
 
     def guarded_params(
-        self, owner: str, slot: TypeSlots, resources: dict[str, Resource]
+        self, owner: str, slot: TypeSlots, resources: dict[str, Resource], *, stamp: bool = True
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(lock parameters, claim parameters) for one guarded type."""
+        """(lock parameters, claim parameters) for one guarded type (``stamp`` as in
+        :meth:`fast_params`)."""
         pools = pools_of(slot.type, resources)
         lock_names = [self._type_prefix + slot.type]
         lock_names += [self._type_prefix + other for other in slot.not_while_running]
@@ -178,6 +183,7 @@ class Claimer:
             lookahead = _WINDOW_MIN if self._narrow.get(slot.type) else wide
         cursor_type, cursor_id = self._cursors.get(slot.type, (None, None))
         claim = {
+            "stamp": stamp,
             "owner": owner,
             "type": slot.type,
             "lease": float(slot.lease_seconds),
@@ -216,10 +222,12 @@ class Claimer:
         fast, guarded = self.split(request)
         batch = ClaimBatch()
         if fast:
-            batch.extend(self._run_fast(conn, request.owner, fast, managed=managed))
+            batch.extend(self._run_fast(conn, request.owner, fast, managed=managed,
+                                        stamp=not request.defer_start))
         resources = dict(request.resources)
         for slot in guarded:
-            jobs, block = self._run_guarded(conn, request.owner, slot, resources, managed=managed)
+            jobs, block = self._run_guarded(conn, request.owner, slot, resources, managed=managed,
+                                            stamp=not request.defer_start)
             batch.extend(jobs)
             if block is not None:
                 batch.blocked[slot.type] = block
@@ -232,8 +240,9 @@ class Claimer:
         slots: Sequence[TypeSlots],
         *,
         managed: bool,
+        stamp: bool,
     ) -> list[ClaimedJob]:
-        params = self.fast_params(owner, slots)
+        params = self.fast_params(owner, slots, stamp=stamp)
         # Rows in the binary format: the client parses a claimed row in about two thirds
         # of the time it takes from text (timestamps and integers most of all; measured
         # on a 500-row claim), on the claim loop's thread, the drain's busiest.
@@ -253,8 +262,9 @@ class Claimer:
         resources: dict[str, Resource],
         *,
         managed: bool,
+        stamp: bool,
     ) -> tuple[list[ClaimedJob], ClaimBlock | None]:
-        lock_params, params = self.guarded_params(owner, slot, resources)
+        lock_params, params = self.guarded_params(owner, slot, resources, stamp=stamp)
         query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
         rows = self._guarded_round(conn, lock_params, query, params, managed=managed)
         return self._guarded_outcome(slot, rows)
@@ -305,7 +315,7 @@ class Claimer:
         if guarded:
             slot = guarded[0]
             lock_params, params = self.guarded_params(
-                request.owner, slot, dict(request.resources)
+                request.owner, slot, dict(request.resources), stamp=not request.defer_start
             )
             query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
             cur = psycopg.RawCursor(conn)
@@ -328,7 +338,8 @@ class Claimer:
                 batch.blocked[slot.type] = block
             return written, batch
         if fast:
-            fast_params = self.fast_params(request.owner, fast[:1])
+            fast_params = self.fast_params(request.owner, fast[:1],
+                                           stamp=not request.defer_start)
             if self.prepare:
                 with conn.pipeline(), conn.transaction():
                     wcur = conn.execute(statement, args)

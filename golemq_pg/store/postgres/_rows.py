@@ -86,6 +86,14 @@ def lease_args(owner: str, items: Sequence[LeaseRef | RetryItem | FailItem]) -> 
     return {"owner": owner, "ids": "{" + ids + "}", "tokens": "{" + tokens + "}"}
 
 
+def seconds_array(started: Sequence[float | None] | None) -> str | None:
+    """Handler starts (seconds before now, None: unknown) as a float8[] literal, like the ids
+    of :func:`lease_args` (one join, not a dump per element); None when there are none."""
+    if started is None:
+        return None
+    return "{" + ",".join(["NULL" if s is None else repr(float(s)) for s in started]) + "}"
+
+
 def id_text_set(rows: Sequence[Sequence[Any]]) -> set[str]:
     """The ids a completing statement wrote, from its one row holding them as one
     comma-separated text (NULL: none): split at C speed, no row per job."""
@@ -159,7 +167,10 @@ def summary(row: Sequence[Any]) -> JobSummary:
         id=str(job_id),
         type=job_type,
         scope=scope_of(scope_type, scope_id),
-        status=JobStatus(status),
+        # A leased row whose handler has not started (no started_at: held in a worker's
+        # buffer, migration 0015) is reported PENDING.
+        status=JobStatus.PENDING if status == "running" and started_at is None
+        else JobStatus(status),
         attempts=attempts,
         max_attempts=max_attempts,
         last_error=last_error,

@@ -273,7 +273,8 @@ class PostgresStore(
             log.info("transactional_interrupt_failed", error=type(exc).__name__)
 
     def job_complete_many(
-        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[LeaseRef], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """RUNNING -> SUCCEEDED for leases still held; returns the ids written.
 
@@ -283,15 +284,17 @@ class PostgresStore(
         """
         if not items:
             return set()
-        return self._write_id_text(*_completion(owner, items, delete_types))
+        return self._write_id_text(*_completion(owner, items, delete_types, started))
 
     def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
         """``job_complete_many`` and then the claim of ``params.claim`` in one transaction:
         one pipeline (one round trip) with prepared statements (see
         ``Claimer.run_after_write``); retried whole on a deadlock or serialization failure."""
-        name, args = _completion(params.owner, params.items, params.delete_types)
+        name, args = _completion(params.owner, params.items, params.delete_types,
+                                 params.started)
         request = ClaimRequest(
-            owner=params.owner, types=[params.claim], resources=params.resources
+            owner=params.owner, types=[params.claim], resources=params.resources,
+            defer_start=params.defer_start,
         )
         write = (self._q[name], args)
         claimer = self._shared.claimer
@@ -308,7 +311,10 @@ class PostgresStore(
 
         return retrying("job_complete_and_claim", complete_and_claim, once=False)
 
-    def job_retry_many(self, owner: str, items: Sequence[RetryItem]) -> set[str]:
+    def job_retry_many(
+        self, owner: str, items: Sequence[RetryItem], *,
+        started: Sequence[float | None] | None = None,
+    ) -> set[str]:
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
         if not items:
             return set()
@@ -318,10 +324,12 @@ class PostgresStore(
         args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
         args["consume"] = [bool(i.consume_attempt) for i in items]
         args["history"] = HISTORY_LIMIT
+        args["started"] = rows.seconds_array(started)
         return self._write_ids("job_retry_many", args)
 
     def job_fail_many(
-        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = ()
+        self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = (),
+        started: Sequence[float | None] | None = None,
     ) -> set[str]:
         """RUNNING -> FAILED (dead letter); types in ``delete_types`` are deleted instead."""
         if not items:
@@ -331,6 +339,7 @@ class PostgresStore(
         args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
         args["delete_types"] = list(delete_types)
         args["history"] = HISTORY_LIMIT
+        args["started"] = rows.seconds_array(started)
         return self._write_ids("job_fail_many", args)
 
     def job_release_many(self, owner: str, items: Sequence[LeaseRef]) -> set[str]:
@@ -338,6 +347,16 @@ class PostgresStore(
         if not items:
             return set()
         return self._write_ids("job_release_many", rows.lease_args(owner, items))
+
+    def job_mark_started(
+        self, owner: str, items: Sequence[LeaseRef], started: Sequence[float]
+    ) -> set[str]:
+        """Record the handler starts of held jobs that have none yet (see the port)."""
+        if not items:
+            return set()
+        args = rows.lease_args(owner, items)
+        args["started"] = rows.seconds_array(started)
+        return self._write_ids("job_mark_started", args)
 
     def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
         """Extend the given held, unexpired leases to now() + seconds; returns the ids renewed."""
@@ -431,12 +450,14 @@ class PostgresStore(
 
 
 def _completion(
-    owner: str, items: Sequence[LeaseRef], delete_types: Sequence[str]
+    owner: str, items: Sequence[LeaseRef], delete_types: Sequence[str],
+    started: Sequence[float | None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The completing statement for ``items`` and its parameters: the hot path without
     results and deletes, else its variant storing results, or deleting (``delete_on``). Each
     returns the ids it wrote as one comma-separated text (``rows.id_text_set``)."""
     args = rows.lease_args(owner, items)
+    args["started"] = rows.seconds_array(started)
     # The item types, collected at C speed (a per-item isinstance loop cost more here than
     # the rest of the call): the worker's items are its claimed jobs themselves.
     if not delete_types and ResultRef not in set(map(type, items)):
