@@ -144,11 +144,14 @@ SELECT m.at, coalesce(f.ok, 0)::bigint, coalesce(f.bad, 0)::bigint
 -- name: fragment_dashboard_jobs_filter
 -- The jobs page's filters on `j` (jobs_all) in the id range [floor, last]: the range bounds
 -- the scan however rare the filter's matches are. NULL filters are no filters;
+-- "status" is the shown one (a running row whose handler has not started is pending, 0015);
 -- "scheduled" keeps PENDING jobs whose run_at is in the future; "q" is a case-insensitive
 -- substring of the type or of last_error (strpos: no LIKE pattern characters to escape).
 j.id <= %(last)s::bigint AND j.id >= %(floor)s::bigint
    AND (%(type)s::text IS NULL OR j.type = %(type)s::text)
-   AND (%(status)s::text IS NULL OR j.status = %(status)s::text)
+   AND (%(status)s::text IS NULL OR j.status = %(status)s::text
+        OR (%(status)s::text = 'pending' AND j.status = 'running' AND j.started_at IS NULL))
+   AND (%(status)s::text IS DISTINCT FROM 'running' OR j.started_at IS NOT NULL)
    AND (NOT %(scheduled)s::bool OR j.run_at > now())
    AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
    AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)

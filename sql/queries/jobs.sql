@@ -164,11 +164,16 @@ SELECT {fragment_summary_columns}
 
 
 -- name: job_find
--- Newest first (ids are monotonic). NULL filters are no filters.
+-- Newest first (ids are monotonic). NULL filters are no filters. Statuses are the shown
+-- ones: a running row whose handler has not started (started_at NULL, 0015) is PENDING, so
+-- "statuses" lists the stored statuses to read and "running_started" which running rows of
+-- them to keep (rows.status_args).
 SELECT {fragment_summary_columns}
   FROM {schema}.jobs_all j
  WHERE (%(types)s::text[] IS NULL OR j.type = ANY(%(types)s::text[]))
    AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+   AND (%(running_started)s::boolean IS NULL OR j.status <> 'running'
+        OR (j.started_at IS NOT NULL) = %(running_started)s::boolean)
    AND (%(scope_type)s::text IS NULL OR j.scope_type = %(scope_type)s::text)
    AND (%(scope_id)s::text IS NULL OR j.scope_id = %(scope_id)s::text)
  ORDER BY j.id DESC
@@ -187,6 +192,8 @@ SELECT {fragment_summary_columns}
           WHERE t.tags @> %(tags)s::text[]
             AND (%(types)s::text[] IS NULL OR t.type = ANY(%(types)s::text[]))
             AND (%(statuses)s::text[] IS NULL OR t.status = ANY(%(statuses)s::text[]))
+            AND (%(running_started)s::boolean IS NULL OR t.status <> 'running'
+                 OR (t.started_at IS NOT NULL) = %(running_started)s::boolean)
             AND (%(scope_type)s::text IS NULL OR t.scope_type = %(scope_type)s::text)
             AND (%(scope_id)s::text IS NULL OR t.scope_id = %(scope_id)s::text)
           ORDER BY t.id DESC
@@ -196,6 +203,8 @@ SELECT {fragment_summary_columns}
           WHERE t.tags @> %(tags)s::text[]
             AND (%(types)s::text[] IS NULL OR t.type = ANY(%(types)s::text[]))
             AND (%(statuses)s::text[] IS NULL OR t.status = ANY(%(statuses)s::text[]))
+            AND (%(running_started)s::boolean IS NULL OR t.status <> 'running'
+                 OR (t.started_at IS NOT NULL) = %(running_started)s::boolean)
             AND (%(scope_type)s::text IS NULL OR t.scope_type = %(scope_type)s::text)
             AND (%(scope_id)s::text IS NULL OR t.scope_id = %(scope_id)s::text)
           ORDER BY t.id DESC

@@ -7,7 +7,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from golemq_pg._types import JobStatus
-from golemq_pg.store.port import ClaimedJob, ClaimRequest, FailItem, JobStore, RetryItem
+from golemq_pg.store.dashboard import JobQuery
+from golemq_pg.store.port import (
+    ClaimedJob,
+    ClaimRequest,
+    EnqueueParams,
+    FailItem,
+    FindParams,
+    JobStore,
+    RetryItem,
+)
 from tests.support.store_port import add, claim, slots
 
 
@@ -99,3 +108,34 @@ def test_a_claim_without_defer_start_is_the_start(store: JobStore) -> None:
     assert summary is not None
     assert summary.status is JobStatus.RUNNING
     assert summary.started_at is not None
+
+
+def test_filters_by_status_go_by_the_shown_status(store: JobStore) -> None:
+    """find() and the dashboard's jobs list filter on what they show: a buffered job is
+    found as PENDING, not RUNNING, until its start is written."""
+    def tagged() -> str:
+        result = store.job_enqueue(EnqueueParams(type="a", payload=b"{}", tags=("x",)))
+        assert result.id is not None
+        return result.id
+
+    buffered, started = tagged(), tagged()
+    jobs = {job.id: job for job in _claim_deferred(store, "a")}
+    assert store.job_mark_started("w1", [jobs[started]], [0.0]) == {started}
+    queued = tagged()
+
+    def found(*statuses: JobStatus) -> set[str]:
+        return {j.id for j in store.job_find(FindParams(statuses=list(statuses)))}
+
+    assert found(JobStatus.PENDING) == {buffered, queued}
+    assert found(JobStatus.RUNNING) == {started}
+    assert found(JobStatus.PENDING, JobStatus.RUNNING) == {buffered, started, queued}
+    by_tag = store.job_find(FindParams(statuses=[JobStatus.RUNNING], tags=["x"]))
+    assert {j.id for j in by_tag} == {started}
+    by_tag = store.job_find(FindParams(statuses=[JobStatus.PENDING], tags=["x"]))
+    assert {j.id for j in by_tag} == {buffered, queued}
+
+    def listed(status: JobStatus) -> set[str]:
+        return {j.id for j in store.dashboard_jobs(JobQuery(status=status)).jobs}
+
+    assert listed(JobStatus.PENDING) == {buffered, queued}
+    assert listed(JobStatus.RUNNING) == {started}

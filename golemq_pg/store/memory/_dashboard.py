@@ -292,7 +292,7 @@ def _found(text: str | None, search: str) -> bool:
 def _passes(row: JobRow, query: JobQuery, now: datetime) -> bool:
     return (
         (query.type is None or row.type == query.type)
-        and (query.status is None or row.status is JobStatus(query.status))
+        and (query.status is None or row.shown_status is JobStatus(query.status))
         and (not query.scheduled or row.run_at > now)
         and (query.scope_type is None or (row.scope is not None
                                           and row.scope.type == query.scope_type))

@@ -327,7 +327,7 @@ def matching(rows: Iterable[JobRow], params: FindParams) -> list[JobRow]:
         row
         for row in rows
         if (types is None or row.type in types)
-        and (statuses is None or row.status in statuses)
+        and (statuses is None or row.shown_status in statuses)
         and (
             params.scope_type is None
             or (row.scope is not None and row.scope.type == params.scope_type)

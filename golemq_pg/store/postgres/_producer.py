@@ -118,9 +118,7 @@ def job_get_many(ctx: PlanContext, job_ids: Sequence[int]) -> Plan[list[JobSumma
 def job_find(ctx: PlanContext, params: FindParams) -> Plan[list[JobSummary]]:
     """Jobs matching the filters, newest first."""
     args = rows.filter_args(params)
-    args["statuses"] = (
-        None if params.statuses is None else [JobStatus(s).value for s in params.statuses]
-    )
+    args.update(rows.status_args(params.statuses))
     name = "job_find"
     if params.tags:  # an empty list filters nothing, as on the in-memory store
         args["tags"] = list(params.tags)

@@ -207,6 +207,23 @@ def attempt_errors(text: str | None) -> tuple[AttemptError, ...]:
     )
 
 
+def status_args(statuses: Sequence[JobStatus] | None) -> dict[str, Any]:
+    """A status filter on the statuses readers are shown (``statuses``, running rows
+    whose handler has not started included in PENDING, migration 0015) as the statements'
+    two parameters: ``statuses``, the stored statuses to read (running as well when pending
+    is wanted, so a partitioned read still prunes by status), and ``running_started``,
+    which running rows of those to keep (True: started, False: not yet, None: both)."""
+    if statuses is None:
+        return {"statuses": None, "running_started": None}
+    wanted = {JobStatus(s) for s in statuses}
+    stored = {s.value for s in wanted}
+    pending, running = JobStatus.PENDING in wanted, JobStatus.RUNNING in wanted
+    if pending:
+        stored.add(JobStatus.RUNNING.value)
+    started = None if pending == running else running
+    return {"statuses": sorted(stored), "running_started": started}
+
+
 def _utc(stamp: str | None) -> datetime | None:
     """An ISO timestamp of a jsonb entry (the session's offset) in UTC, or None."""
     return None if stamp is None else datetime.fromisoformat(stamp).astimezone(UTC)
