@@ -230,6 +230,24 @@ class Completer(Service):
 
     def _write(self, kind: int, group: list[Entry]) -> None:
         items = [item for entry in group for item in entry[2]]
+        written = self._send(kind, group, items)
+        if written is None:  # gave up (end of shutdown): the leases will expire
+            return
+        if len(written) < len(items) or self.hub.active:
+            # Someone to tell, or an item the store refused: per item. A drain without
+            # observers whose every lease held skips the walk.
+            self._report(kind, group, written)
+        if kind == FAIL and written:
+            self._log_dead_letters(group, written)
+        if kind == RETRY and written:
+            # A retry due (almost) now has no NOTIFY (it is an UPDATE): tell the claim loop.
+            soon = {entry[1].pool.type for entry in group
+                    if any(item.delay < SOON for item in entry[2])}
+            if soon:
+                self._hint(tuple(soon))
+
+    def _send(self, kind: int, group: list[Entry], items: list[Any]) -> set[str] | None:
+        """Write ``items`` in chunks; the ids written, or None once the writes gave up."""
         # Each item's handler start, seconds before now (the write's database now, a round
         # trip away): written where the row has none yet. A release never started.
         started = _started(group) if self.starts and kind != RELEASE else None
@@ -244,21 +262,10 @@ class Completer(Service):
             starts = None if started is None else started[offset:offset + len(chunk)]
             offset += len(chunk)
             done = self._call(kind, chunk, target if number == len(chunks) else None, starts)
-            if done is None:  # gave up (end of shutdown): the leases will expire
-                return
+            if done is None:
+                return None
             written |= done
-        if len(written) < len(items) or self.hub.active:
-            # Someone to tell, or an item the store refused: per item. A drain without
-            # observers whose every lease held skips the walk.
-            self._report(kind, group, written)
-        if kind == FAIL and written:
-            self._log_dead_letters(group, written)
-        if kind == RETRY and written:
-            # A retry due (almost) now has no NOTIFY (it is an UPDATE): tell the claim loop.
-            soon = {entry[1].pool.type for entry in group
-                    if any(item.delay < SOON for item in entry[2])}
-            if soon:
-                self._hint(tuple(soon))
+        return written
 
     def _log_dead_letters(self, group: list[Entry], written: set[str]) -> None:
         """One warning for the jobs of ``group`` this write dead-lettered."""

@@ -278,13 +278,7 @@ class Maintenance(Service):
         units = runtime.held_units()
         if not units:
             return
-        # A job this worker holds twice (taken back by requeue_stale or the reaper, then
-        # claimed here again) is held under its newest lease only: the store answers by id,
-        # so the older unit is told lost here, not by the answer for the newer lease.
-        newest: dict[str, int] = {}
-        for unit in units:
-            for ref in unit.refs:
-                newest[ref.id] = max(newest.get(ref.id, ref.token), ref.token)
+        newest = _newest_tokens(units)
         refs = [ref for unit in units for ref in unit.refs if newest[ref.id] == ref.token]
         held = runtime.store.lease_held(runtime.owner, refs)
         gone = [
@@ -366,3 +360,15 @@ class Maintenance(Service):
 
 
 __all__ = ["Maintenance", "Task", "heartbeat_interval"]
+
+
+def _newest_tokens(units: list[Unit]) -> dict[str, int]:
+    """Each held job's newest lease token. A job this worker holds twice (taken back by
+    requeue_stale or the reaper, then claimed here again) is held under its newest lease
+    only: the store answers by id, so the older unit is told lost by reconcile, not by the
+    answer for the newer lease."""
+    newest: dict[str, int] = {}
+    for unit in units:
+        for ref in unit.refs:
+            newest[ref.id] = max(newest.get(ref.id, ref.token), ref.token)
+    return newest

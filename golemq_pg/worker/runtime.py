@@ -106,6 +106,8 @@ class Runtime:
         #: Claimants refused room, and since when (see :meth:`take_room`).
         self._refused: dict[str, float] = {}
         self._freed_at = 0.0
+        #: Whether the claims leave the start to the handler's (see :mod:`starts`).
+        self.defer_start = DEFER_START
 
     # -- the worker-wide cap (max_concurrency) ------------------------------------------------
     def take_room(self, wanted: int, claimant: str = "") -> int:
@@ -146,8 +148,6 @@ class Runtime:
             self._freed_at = time.monotonic()
         if wake:
             self.wake_claimer()
-        #: Whether the claims leave the start to the handler's (see :mod:`starts`).
-        self.defer_start = DEFER_START
 
     # -- views ------------------------------------------------------------------------------
     def units(self) -> list[Unit]:

@@ -389,28 +389,9 @@ class TransactionalPool:
             max_attempts=job.max_attempts, scope=job.scope, signal=unit.signal,
             priority=job.priority, enqueued_at=job.enqueued_at, connection=conn,
         )
-        failure: BaseException | None
         tracer = _trace_hook.tracer  # golemq_pg.tracing: the attempt's CONSUMER span
         span = None if tracer is None else tracer.attempt(unit.jobs, job.attempt)
-        with self._connections_lock:
-            self._connections[unit.key] = conn
-        try:
-            result = self.spec.fn(event)
-            if result is None or result is True:
-                failure = None
-            elif result is False:
-                failure = HandlerReturnedFalse("handler returned False")
-            else:  # a rejected result rolls the handler's writes back and fails the job
-                found = encoded_result(result)
-                if isinstance(found, bytes):
-                    unit.result, failure = found, None
-                else:
-                    failure = found
-        except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
-            failure = exc
-        finally:
-            with self._connections_lock:  # from here on nothing interrupts the connection
-                self._connections.pop(unit.key, None)
+        failure = self._call_handler(unit, event, conn)
         unit.finished_at = time.monotonic()
         if span is not None:
             span.end(failure, unit.signal.reason)
@@ -420,6 +401,42 @@ class TransactionalPool:
             failure = self._timeout()
         if failure is not None:
             raise _Rollback(failure, owned=True)
+        return self._complete(unit, store, conn, event)
+
+    def _call_handler(
+        self, unit: Unit, event: JobEvent[Any], conn: Any
+    ) -> BaseException | None:
+        """Run the handler on the claim's connection (interruptible while it runs); what
+        it raised or returned that fails the attempt, else None (a result kept on unit)."""
+        with self._connections_lock:
+            self._connections[unit.key] = conn
+        try:
+            result = self.spec.fn(event)
+        except BaseException as exc:  # noqa: BLE001 - every handler failure is an outcome
+            return exc
+        finally:
+            with self._connections_lock:  # from here on nothing interrupts the connection
+                self._connections.pop(unit.key, None)
+        if result is None or result is True:
+            return None
+        if result is False:
+            return HandlerReturnedFalse("handler returned False")
+        # a rejected result rolls the handler's writes back and fails the job
+        try:
+            found = encoded_result(result)
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be encoded fails it
+            return exc
+        if isinstance(found, bytes):
+            unit.result = found
+            return None
+        return found
+
+    def _complete(
+        self, unit: Unit, store: TransactionalJobStore, conn: Any, event: JobEvent[Any]
+    ) -> set[str]:
+        """The success's writes in the claim's transaction (progress, result, completion)."""
+        runtime = self.runtime
+        job = unit.jobs[0]
         try:
             bound = store.with_connection(conn)
             progress = event._progress_pending

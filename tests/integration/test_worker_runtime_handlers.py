@@ -120,7 +120,7 @@ def test_a_late_handler_passes_the_start_checks(pg_store: Any) -> None:
 
 
 def test_removed_handlers_buffered_jobs_are_claimable_by_another_worker_at_once(
-    pg_store: Any,
+    pg_store: Any, pg_dsn: str, schema: str,
 ) -> None:
     queue = Queue(pg_store)
     first = fast_worker(pg_store, worker_id="remover")
@@ -130,23 +130,28 @@ def test_removed_handlers_buffered_jobs_are_claimable_by_another_worker_at_once(
 
     @first.handler("slow")
     def slow(job: JobEvent[Any]) -> None:
+        if job.payload.get("warm"):
+            return  # a quick first job: the type's handlers are fast, so it is prefetched
         running_ids.append(job.id)
         started.set()
         release.wait(30)
 
-    ids = [add_job(queue, "slow", {"i": i}) for i in range(4)]
+    warm = add_job(queue, "slow", {"warm": True})
     first.start()
     second = fast_worker(pg_store, worker_id="taker")
     ran_by_second: list[str] = []
     try:
+        wait_until(lambda: queue.get(warm).status == JobStatus.SUCCEEDED, timeout=5,
+                   what="the warm-up job done")
+        ids = [add_job(queue, "slow", {"i": i}) for i in range(4)]
         assert started.wait(5)
-        # One runs; others are in first's buffer (prefetched), leased to it.
-        wait_until(lambda: sum(queue.get(i).status == JobStatus.RUNNING for i in ids) >= 2,
-                   timeout=5, what="jobs prefetched")
+        # One runs; others are in first's buffer (prefetched): leased to it, shown pending.
+        wait_until(lambda: len(leased(pg_dsn, schema, ids)) >= 2, timeout=5,
+                   what="jobs prefetched")
         [running] = running_ids
-        buffered = [i for i in ids if i != running
-                    and queue.get(i).status == JobStatus.RUNNING]
+        buffered = [i for i in leased(pg_dsn, schema, ids) if i != running]
         assert buffered
+        assert all(queue.get(i).status == JobStatus.PENDING for i in buffered)
         first.remove_handler("slow", wait=False)
         left = [i for i in ids if i != running]
 
@@ -178,6 +183,11 @@ def test_removed_handlers_buffered_jobs_are_claimable_by_another_worker_at_once(
         first.stop()
 
 
+def leased(pg_dsn: str, schema: str, ids: list[str]) -> list[str]:
+    """Those of ``ids`` whose row holds a lease (running, or claimed into a buffer)."""
+    return [i for i in ids if lease_of(pg_dsn, schema, i)[0] is not None]
+
+
 def lease_of(pg_dsn: str, schema: str, job_id: str) -> tuple[Any, Any]:
     """The row's (lease_owner, lease_expires_at)."""
     with psycopg.connect(pg_dsn) as conn:
@@ -199,25 +209,30 @@ def test_remove_handler_returns_released_jobs_to_pending_with_no_lease(
 
     @worker.handler("held")
     def held(job: JobEvent[Any]) -> None:
-        release.wait(30)
+        if not job.payload.get("warm"):  # a quick first job makes the type prefetched
+            release.wait(30)
 
-    ids = [add_job(queue, "held", {"i": i}) for i in range(3)]
+    warm = add_job(queue, "held", {"warm": True})
     worker.start()
     try:
-        wait_until(lambda: sum(queue.get(i).status == JobStatus.RUNNING for i in ids) >= 2,
-                   timeout=5, what="one running, others buffered")
-        held_now = sum(queue.get(i).status == JobStatus.RUNNING for i in ids)
+        wait_until(lambda: queue.get(warm).status == JobStatus.SUCCEEDED, timeout=5,
+                   what="the warm-up job done")
+        ids = [add_job(queue, "held", {"i": i}) for i in range(3)]
+        wait_until(lambda: len(leased(pg_dsn, schema, ids)) >= 2, timeout=5,
+                   what="one running, others buffered")
+        held_now = len(leased(pg_dsn, schema, ids))
         worker.remove_handler("held", wait=False)
-        wait_until(lambda: sum(queue.get(i).status == JobStatus.RUNNING for i in ids) == 1,
-                   timeout=1, what="the buffered jobs back to pending at once")
+        wait_until(lambda: len(leased(pg_dsn, schema, ids)) == 1, timeout=1,
+                   what="the buffered jobs back to pending at once")
         assert held_now >= 2
+        [running] = leased(pg_dsn, schema, ids)
         for job_id in ids:
-            summary = queue.get(job_id)
-            if summary.status == JobStatus.PENDING:
+            if job_id != running:
+                summary = queue.get(job_id)
+                assert summary.status == JobStatus.PENDING
                 assert summary.attempts == 0
-                assert lease_of(pg_dsn, schema, job_id) == (None, None)
         time.sleep(0.3)  # nothing claims them again here
-        assert sum(queue.get(i).status == JobStatus.PENDING for i in ids) == 2
+        assert leased(pg_dsn, schema, ids) == [running]
     finally:
         release.set()
         worker.stop()
@@ -298,6 +313,9 @@ def test_remove_handler_without_wait_returns_at_once(pg_store: Any) -> None:
     worker.start()
     try:
         assert started.wait(5)
+        # running once its start is written (within the start marker's 50 ms)
+        wait_until(lambda: queue.get(job_id).status == JobStatus.RUNNING, timeout=2,
+                   what="the job shown running")
         began = time.monotonic()
         worker.remove_handler("long", wait=False)
         assert time.monotonic() - began < 0.2
