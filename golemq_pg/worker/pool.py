@@ -199,7 +199,9 @@ class TypePool:
         with self._reserve_lock:
             self.spec = spec
             self.min_prefetch = min(concurrency, self.max_prefetch)
-            if self.prefetch < self.min_prefetch:
+            # A type buffering nothing (prefetch=False, a slow type, or one whose duration is
+            # not known yet) goes on buffering nothing; tune() decides once it is known.
+            if 0 < self.prefetch < self.min_prefetch:
                 self.prefetch = self.min_prefetch
                 self.watermark = self.prefetch // 2
             self.capacity = concurrency + self.prefetch

@@ -57,9 +57,11 @@ def test_s02_sigkill_a_worker_holding_a_claimed_batch(fault_env: FaultEnv) -> No
                         worker={"poll_interval": POLL, "lease_grace": LEASE})
     rescuer.signal(signal.SIGSTOP)
     # 8 jobs = the victim's capacity (4 slots + 4 prefetched): 4 run, 4 wait in its buffer.
+    # A fixed batch_size buffers from the first claim (an adaptive prefetch buffers nothing
+    # for a type whose handler durations are not known yet, nor for slow ones).
     env.queue.add_many("slow", [{"n": n, "sleep": 60, "only_on": "victim"} for n in range(8)])
     victim = env.spawn("victim", [type_spec("slow", concurrency=4)],
-                       worker={"poll_interval": POLL, "lease_grace": LEASE})
+                       worker={"poll_interval": POLL, "lease_grace": LEASE, "batch_size": 4})
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 4, timeout=20)
     assert env.status_counts() == {"running": 8}
     victim.signal(signal.SIGKILL)
@@ -86,8 +88,10 @@ def test_s03_sigkill_right_after_the_claim_commits(fault_env: FaultEnv) -> None:
                         worker={"poll_interval": POLL, "lease_grace": LEASE})
     rescuer.signal(signal.SIGSTOP)
     env.queue.add_many("noop", [{"n": n} for n in range(8)])
+    # batch_size 8: the first claim takes all 8 (4 for the slots, 4 for the buffer; an
+    # adaptive prefetch buffers nothing before it knows the handler's durations).
     victim = env.spawn("victim", [type_spec("noop", concurrency=4)],
-                       worker={"poll_interval": POLL, "lease_grace": LEASE},
+                       worker={"poll_interval": POLL, "lease_grace": LEASE, "batch_size": 8},
                        hooks={"kill_after_claim": True}, wait_ready=False)
     assert victim.wait(30) == -signal.SIGKILL
     killed_at = time.monotonic()
@@ -116,8 +120,10 @@ def test_s14_sigterm_with_jobs_in_flight_within_and_past_the_grace(fault_env: Fa
     # Ignores the signal but returns within abandon_grace: still a success.
     late = env.queue.add("mix", {"sleep": 1.2, "ignore": True}, priority=6)
     buffered = [env.queue.add("mix", {"n": n}) for n in range(4)]
+    # batch_size: 4 buffered from the first claim (adaptive prefetch waits for durations).
     proc = env.spawn("w", [type_spec("mix", concurrency=4)],
-                     worker={"shutdown_grace": grace, "abandon_grace": abandon})
+                     worker={"shutdown_grace": grace, "abandon_grace": abandon,
+                             "batch_size": 4})
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 4, timeout=20)
     assert env.status_counts() == {"running": 8}  # 4 running, 4 in the local buffer
     signalled = time.monotonic()

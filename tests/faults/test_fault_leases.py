@@ -160,7 +160,9 @@ def test_s11_cancel_during_a_reaper_pass(fault_env: FaultEnv) -> None:
     rescuer.signal(signal.SIGSTOP)
     ids = [env.queue.add("orphan", {"n": n, "sleep": 60, "only_on": "victim"})
            for n in range(8)]
-    victim = env.spawn("victim", [type_spec("orphan", concurrency=4)], worker=options)
+    # batch_size: 4 running and 4 buffered from the first claim.
+    victim = env.spawn("victim", [type_spec("orphan", concurrency=4)],
+                       worker={**options, "batch_size": 4})
     wait_until(lambda: env.status_counts() == {"running": 8}, timeout=20)
     victim.signal(signal.SIGKILL)
     victim.wait(10)
