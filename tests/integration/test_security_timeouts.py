@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from tests.support.waiting import wait_until
 
 SETTINGS = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
 
@@ -113,6 +114,9 @@ def test_a_worker_survives_a_lock_held_past_lock_timeout(pg_dsn: str, schema: st
             worker.start()
             try:
                 assert ran.wait(10)
+                # shown running once the start marker wrote the handler's start (50 ms)
+                wait_until(lambda: queue.get(job_id).status is JobStatus.RUNNING,  # type: ignore[arg-type,union-attr]
+                           timeout=5, what="the job shown running")
                 blocker.execute(sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE")
                                 .format(sql.Identifier(schema)), (int(job_id),))  # type: ignore[arg-type]
                 release.set()

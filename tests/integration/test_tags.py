@@ -73,7 +73,8 @@ def test_find_by_tag_uses_the_gin_index_on_100k_rows(pg_store: PostgresStore) ->
     queue.add_many("bulk", [{"i": i} for i in range(100_000)])
     queue.add_many("bulk", [{"i": i} for i in range(50)], tags=("rare", "eu"))
     raw = queries_for(pg_store.schema).raw("job_find_tagged")
-    args = raw.args({"tags": ["rare"], "types": None, "statuses": None, "scope_type": None,
+    args = raw.args({"tags": ["rare"], "types": None, "statuses": None,
+                     "running_started": None, "scope_type": None,
                      "scope_id": None, "limit": 100, "skip": 0})
     explain = sql.SQL("EXPLAIN EXECUTE tagged({})").format(
         sql.SQL(", ").join(sql.Literal(value) for value in args))

@@ -41,7 +41,8 @@ A handler's behaviour, in the order it happens:
     transactional handler: the row commits with the completion or not at all);
   - ``"ticks"``: ``ticks (job_id, worker, pid)`` at the start;
   - ``"guard"``: ``ledger (job_id, type, scope, worker, pid, claimed_at, started_at)`` at the
-    start (``claimed_at`` is the job's ``started_at`` as the claim wrote it) and
+    start (``claimed_at`` is the job's ``updated_at`` as the claim wrote it: the lease's
+    write; ``started_at`` is left to the handler's start since migration 0015) and
     ``finished_at`` at the end, from one connection per handler thread;
   - ``"batches"``: a grouped handler: ``ledger (job_id, grp, seq, attempt, batch, pid,
     started, ended, ok)``, one row per job of the batch, written after the sleep;
@@ -218,7 +219,7 @@ class Ledgers:
             "INSERT INTO {}.ticks (job_id, worker, pid) VALUES (%s, %s, %s)").format(s)
         self.guard_start = sql.SQL(
             "INSERT INTO {s}.ledger (job_id, type, scope, worker, pid, claimed_at, started_at) "
-            "VALUES (%s, %s, %s, %s, %s, (SELECT j.started_at FROM {s}.jobs j WHERE j.id = %s), "
+            "VALUES (%s, %s, %s, %s, %s, (SELECT j.updated_at FROM {s}.jobs j WHERE j.id = %s), "
             "clock_timestamp()) RETURNING n").format(s=s)
         self.guard_end = sql.SQL(
             "UPDATE {}.ledger SET finished_at = clock_timestamp() WHERE n = %s").format(s)
