@@ -93,11 +93,13 @@ def _pool(concurrency: int, batch_size: int | None) -> TypePool:
                      batch_size=batch_size)
 
 
-def test_prefetch_grows_for_fast_handlers_and_stays_small_for_slow_ones() -> None:
+def test_prefetch_waits_for_durations_grows_for_fast_handlers_and_is_none_for_slow_ones(
+) -> None:
     fast = _pool(4, None)
-    assert fast.prefetch == 4
+    assert fast.prefetch == 0  # nothing buffered before a handler's duration is known
+    assert fast.capacity == 4
     fast.tune(0.003)  # no duration known yet: unchanged
-    assert fast.prefetch == 4
+    assert fast.prefetch == 0
     for _ in range(20):
         fast.record_duration(0.00001)
     fast.tune(0.003)
@@ -108,17 +110,18 @@ def test_prefetch_grows_for_fast_handlers_and_stays_small_for_slow_ones() -> Non
     for _ in range(20):
         slow.record_duration(2.0)
     slow.tune(0.003)
-    assert slow.prefetch == 4
+    assert slow.prefetch == 0  # a slow type is not hoarded
+    assert slow.capacity == 4
     # The average follows a change of pace.
     for _ in range(30):
         fast.record_duration(5.0)
     fast.tune(0.003)
-    assert fast.prefetch == 4
+    assert fast.prefetch == 0
 
 
 def test_explicit_batch_size_bounds_the_prefetch() -> None:
     pool = _pool(4, 100)
-    assert pool.prefetch == 100
+    assert pool.prefetch == 100  # a fixed batch buffers from the first claim
     for _ in range(20):
         pool.record_duration(0.00001)
     pool.tune(0.003)
@@ -128,7 +131,7 @@ def test_explicit_batch_size_bounds_the_prefetch() -> None:
     for _ in range(20):
         tiny.record_duration(10.0)
     tiny.tune(0.003)
-    assert tiny.prefetch == 2  # min(concurrency, 2 * batch_size)
+    assert tiny.prefetch == 0  # slow handlers: not hoarded, whatever the batch size
 
 
 def test_blocked_reporter_warns_once_per_streak() -> None:
