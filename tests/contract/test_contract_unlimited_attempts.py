@@ -5,7 +5,6 @@ gives its jobs the enqueuer's default; on both stores."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -21,12 +20,11 @@ from golemq_pg.store.port import (
     RetryItem,
     ScheduleParams,
 )
-from tests.support.store_port import SHORT_LEASE, add, claim, is_memory, refs, slots
+from tests.support.store_port import SHORT_LEASE, add, claim, refs, slots
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.async_store_too
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "sql" / "migrations"
 
 
 def _every(key: str, max_attempts: int | None) -> ScheduleParams:
@@ -71,8 +69,6 @@ def test_an_unlimited_job_is_retried_past_any_budget(store: JobStore) -> None:
 
 
 def test_the_reaper_never_exhausts_an_unlimited_job(store: JobStore) -> None:
-    if not is_memory(store) and not any(MIGRATIONS.glob("0014_*.sql")):
-        pytest.skip("the PostgreSQL reaper's NULL safety comes with migration 0014")
     job_id = add(store, "a", max_attempts=None)
     for _ in range(2):
         claim(store, slots("a", lease=SHORT_LEASE), owner="lost")
