@@ -2,8 +2,8 @@
 
 This module only builds the command group and registers the commands, one module per group
 of commands: ``schema`` (migrate, sql), ``enqueue``, ``inspect`` (stats, failed,
-retry-failed, prune, workers, show), ``jobs``, ``control`` (retry, run-now, cancel, delete,
-pause, resume), ``web``, ``worker``, ``demo``, ``harness`` (bench) and ``embedded``. What
+retry-failed, prune, workers, show), ``jobs``, ``workflow``, ``control`` (retry, run-now,
+cancel, delete, pause, resume), ``web``, ``worker``, ``demo``, ``harness`` (bench) and ``embedded``. What
 they share (the connection options, opening a store, exit codes,
 :class:`~golemq_pg.cli.base.CliError`, the option types) is in ``base``, which each of them
 imports.
@@ -36,6 +36,7 @@ from golemq_pg.cli import (
     schema,
     web,
     worker,
+    workflow,
 )
 from golemq_pg.cli.base import (
     EXIT_RUNTIME,
@@ -61,7 +62,7 @@ for _command in (
     schema.migrate, schema.sql,
     enqueue.enqueue,
     inspect.stats, inspect.failed, inspect.retry_failed, inspect.prune, inspect.workers,
-    inspect.show, jobs.jobs,
+    inspect.show, jobs.jobs, workflow.workflow,
     control.retry, control.run_now, control.cancel, control.delete, control.pause,
     control.resume,
     web.web,

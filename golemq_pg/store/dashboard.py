@@ -47,7 +47,8 @@ class Overview:
     """Counts by type (types with live or failed work) and by status.
 
     ``by_status`` has every status; succeeded is the count finished in the last hour
-    (finished rows may be kept for ever: counting them all would scan the table).
+    (finished rows may be kept for ever: counting them all would scan the table); waiting
+    (jobs held until their parents finish) is capped like the per-type counts.
     ``estimated_rows`` is the planner's estimate of the table's size; ``cap`` is where
     every count stops.
     """

@@ -35,7 +35,7 @@ from golemq_pg.queue import AsyncQueue
 from golemq_pg.store import calls
 from golemq_pg.store.calls import AnyStore
 from golemq_pg.store.dashboard import COUNT_CAP
-from golemq_pg.web import _actions, _jobpage, _overview, _pages
+from golemq_pg.web import _actions, _jobpage, _overview, _pages, _workflow
 from golemq_pg.web._hosts import HostPolicy
 
 #: Seconds /healthz waits for the database before answering 503.
@@ -94,6 +94,8 @@ def create_app(
             Route("/jobs/bulk", _actions.bulk, methods=["POST"]),
             Route("/jobs/{job_id}", _jobpage.job, name="job"),
             Route("/jobs/{job_id}/live", _jobpage.job_live, name="job-live"),
+            Route("/workflows/{workflow_id}", _workflow.workflow, name="workflow"),
+            Route("/workflows/{workflow_id}/live", _workflow.workflow_live, name="workflow-live"),
             Route("/failed", _pages.failed, name="failed"),
             Route("/schedules", _pages.schedules, name="schedules"),
             Route("/workers", _pages.workers, name="workers"),

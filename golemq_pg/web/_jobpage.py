@@ -1,10 +1,12 @@
 """The job page and its live fragment: every summary field, the attempt timeline, progress,
 result, the actions that apply; its payload only when the app shows payloads.
 
-``GET /jobs/{id}`` renders the page; ``GET /jobs/{id}/live`` renders only the part the
-page's script refreshes (the page asks for it every two seconds while the job is pending or
-running, and stops once a fragment says the job finished). Both read one job by id (the
-primary key) and the database's clock: bounded whatever the table's size.
+The page links the job's workflow, its parents (with their status) and its children
+(``job_links``). ``GET /jobs/{id}`` renders the page; ``GET /jobs/{id}/live`` renders only
+the part the page's script refreshes (the page asks for it every two seconds while the job
+is waiting, pending or running, and stops once a fragment says the job finished). Both
+read one job by id (the primary key), its links (by its id) and the database's clock:
+bounded whatever the table's size.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def timeline(job: JobSummary, now: datetime) -> tuple[Attempt, ...]:
 
 
 def _is_live(job: JobSummary) -> bool:
-    return job.status in (JobStatus.PENDING, JobStatus.RUNNING)
+    return job.status in (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
 
 
 async def _context(request: Request) -> dict[str, Any]:
@@ -111,9 +113,12 @@ async def _context(request: Request) -> dict[str, Any]:
     if request.app.state.show_payloads:
         raw = await read(request, calls.job_payload(job_id))
         payload = None if raw is None else raw.decode("utf-8", "replace")
+    links = await read(request, calls.job_links(job_id))
     now = await read(request, calls.now())
     return {
         "job": summary,
+        "links": links,
+        "parents": [(p, shown_status(p, now)) for p in links.parents],
         "now": now,
         "shown": shown_status(summary, now),
         "attempts": timeline(summary, now),
@@ -122,7 +127,7 @@ async def _context(request: Request) -> dict[str, Any]:
         "show_payloads": request.app.state.show_payloads,
         "can_retry": summary.status is JobStatus.FAILED,
         "can_run_now": summary.status is JobStatus.PENDING and summary.run_at > now,
-        "can_cancel": summary.status in (JobStatus.PENDING, JobStatus.RUNNING),
+        "can_cancel": _is_live(summary),
         "notice": notice_of(request),
     }
 

@@ -32,7 +32,6 @@ from golemq_pg.store.dashboard import (
     BULK_CAP,
     PAGE_SCAN_WINDOW,
     SEARCH_SCAN_WINDOW,
-    JobPage,
     JobQuery,
     TypeCounts,
 )
@@ -113,10 +112,10 @@ async def not_found(request: Request, exc: Exception) -> Response:
                                         "notice": notice_of(request)}, status_code=404)
 
 
-#: The statuses the jobs page filters by beyond :class:`JobStatus`: ``scheduled`` (PENDING
-#: with ``run_at`` in the future) and ``waiting`` (jobs held back until others finish; an
-#: empty list while :class:`JobStatus` has no such state).
-EXTRA_STATUSES = ("scheduled", "waiting")
+#: The statuses the jobs page filters by beyond :class:`JobStatus` (``waiting`` among
+#: them: jobs held back until their parents finish): ``scheduled`` (PENDING with ``run_at``
+#: in the future).
+EXTRA_STATUSES = ("scheduled",)
 #: The longest search text (``q=``) a jobs page takes.
 MAX_SEARCH = 200
 #: The jobs page's filter fields (query parameters, and a bulk action's form fields).
@@ -129,9 +128,8 @@ def status_choices() -> list[str]:
     return [*values, *(v for v in EXTRA_STATUSES if v not in values)]
 
 
-def job_query(params: Mapping[str, Any], window: int = PAGE_SCAN_WINDOW) -> JobQuery | None:
-    """The jobs page's filters and cursors from ``params`` (a query string or a form):
-    None when they can match nothing (``status=waiting`` while no such state exists);
+def job_query(params: Mapping[str, Any], window: int = PAGE_SCAN_WINDOW) -> JobQuery:
+    """The jobs page's filters and cursors from ``params`` (a query string or a form);
     ValueError naming the parameter when one is bad."""
 
     def value(name: str) -> str:
@@ -153,8 +151,6 @@ def job_query(params: Mapping[str, Any], window: int = PAGE_SCAN_WINDOW) -> JobQ
 
     status_text = value("status").lower()
     scheduled = status_text == "scheduled"
-    if status_text == "waiting" and "waiting" not in {s.value for s in JobStatus}:
-        return None
     status = JobStatus.PENDING if scheduled else (
         check_status(status_text) if status_text else None)
     tag = value("tag")
@@ -227,7 +223,7 @@ async def jobs(request: Request) -> HTMLResponse:
         query = job_query(request.query_params)
     except ValueError as exc:
         return bad_request(request, str(exc))
-    found = JobPage((), None) if query is None else await read(request, calls.dashboard_jobs(query))
+    found = await read(request, calls.dashboard_jobs(query))
     now = await read(request, calls.now())
     filters = {k: request.query_params.get(k, "") for k in (*FILTER_FIELDS, "id")}
     kept = {k: v for k, v in filters.items() if v}
@@ -241,9 +237,8 @@ async def jobs(request: Request) -> HTMLResponse:
         "newer_query": {**kept, "before": found.prev_before} if found.prev_before else None,
         "live_query": {**kept, **cursor, "fragment": "rows"},
         "statuses": status_choices(),
-        "searched": query is not None and query.search is not None,
-        "waiting_unknown": query is None,
-        "window": SEARCH_SCAN_WINDOW if query and query.search else PAGE_SCAN_WINDOW,
+        "searched": query.search is not None,
+        "window": SEARCH_SCAN_WINDOW if query.search else PAGE_SCAN_WINDOW,
         "bulk_cap": BULK_CAP,
         "notice": notice_of(request),
     }

@@ -103,6 +103,13 @@ SELECT t.type,
  ORDER BY t.type
 
 
+-- name: dashboard_waiting_count
+-- WAITING jobs (held until their parents finish), counted up to the cap through their
+-- partial index (jobs_waiting_idx, 0017).
+SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'waiting'
+                       LIMIT %(cap)s::bigint) w
+
+
 -- name: dashboard_estimated_rows
 -- The planner's estimate of how many jobs there are, live and kept (no scan): `jobs` and
 -- the history's partitions; -1 before the first ANALYZE.

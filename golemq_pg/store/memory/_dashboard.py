@@ -57,6 +57,7 @@ class DashboardVerbs:
             now = self._read_clock()
             live = [*self._jobs.pending.values(), *self._jobs.running.values()]
             failed = [r for r in self._jobs.rows.values() if r.status is JobStatus.FAILED]
+            waiting = sum(1 for r in self._jobs.rows.values() if r.status is JobStatus.WAITING)
             hour = self._finished_per_minute(now, 60)
             estimate = len(self._jobs.rows)
         per_type: dict[str, dict[str, int]] = {}
@@ -86,6 +87,7 @@ class DashboardVerbs:
             for name, c in sorted(per_type.items())
         )
         by_status = {
+            JobStatus.WAITING: min(waiting, cap),
             JobStatus.PENDING: sum(t.due + t.scheduled for t in types),
             JobStatus.RUNNING: sum(t.running for t in types),
             JobStatus.SUCCEEDED: sum(m.succeeded for m in hour),

@@ -61,6 +61,7 @@ def dashboard_overview(ctx: PlanContext, cap: int = COUNT_CAP) -> Plan[Overview]
         yield _bounded(ctx)
         found = yield _read(ctx, "dashboard_type_counts", {"cap": cap})
         hour = yield _read(ctx, "dashboard_throughput", {"minutes": 60})
+        waiting = yield _read(ctx, "dashboard_waiting_count", {"cap": cap})
         estimate = yield _read(ctx, "dashboard_estimated_rows", {"schema": ctx.schema})
         types = tuple(
             TypeCounts(
@@ -70,7 +71,7 @@ def dashboard_overview(ctx: PlanContext, cap: int = COUNT_CAP) -> Plan[Overview]
             for t, d, s, r, f, age in found
         )
         first = estimate[0] if estimate else None
-        return _overview(types, sum(int(r[1]) for r in hour), first, cap)
+        return _overview(types, sum(int(r[1]) for r in hour), int(waiting[0][0]), first, cap)
 
     overview: Overview = yield Atomic(read())
     return overview
@@ -269,9 +270,10 @@ class DashboardVerbs(StoreConnections):
 
 
 def _overview(
-    types: tuple[TypeCounts, ...], succeeded_hour: int, estimate: Any, cap: int
+    types: tuple[TypeCounts, ...], succeeded_hour: int, waiting: int, estimate: Any, cap: int
 ) -> Overview:
     by_status = {
+        JobStatus.WAITING: waiting,
         JobStatus.PENDING: sum(t.due + t.scheduled for t in types),
         JobStatus.RUNNING: sum(t.running for t in types),
         JobStatus.SUCCEEDED: succeeded_hour,
