@@ -43,7 +43,7 @@ def test_search_finds_a_job_by_id_type_substring_or_error_text(
     assert dashboard.get("/jobs", params={"q": "x" * 201}).status_code == 400
 
 
-def test_status_filter_scheduled_keeps_future_pending_jobs_and_waiting_is_empty(
+def test_status_filter_scheduled_keeps_future_pending_jobs_and_waiting_the_waiting_ones(
     dashboard: Dashboard, web_queue: Queue
 ) -> None:
     due = web_queue.add("t", {})
@@ -57,7 +57,11 @@ def test_status_filter_scheduled_keeps_future_pending_jobs_and_waiting_is_empty(
     waiting = dashboard.get("/jobs", params={"status": "waiting"})
     assert waiting.status_code == 200
     assert _ids(waiting.text) == []
-    assert 'id="waiting-note"' in waiting.text
+    held = web_queue.add("t", {}, depends_on=[due])
+    waiting = dashboard.get("/jobs", params={"status": "waiting"})
+    assert _ids(waiting.text) == [held]
+    assert 'class="status status-waiting"' in waiting.text
+    assert _ids(dashboard.get("/jobs", params={"status": "pending"}).text) == [later, due]
     assert '<option value="waiting"' in waiting.text
     assert '<option value="scheduled"' in waiting.text
 

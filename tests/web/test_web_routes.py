@@ -13,7 +13,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from golemq_pg import UNLIMITED, JobStatus, PostgresStore, Queue
+from golemq_pg import UNLIMITED, JobStatus, PostgresStore, Queue, Workflow
 from golemq_pg.store.port import FailItem, WorkerBeat
 from golemq_pg.web import create_app
 from tests.support.store_port import add, claim, slots
@@ -523,6 +523,9 @@ def test_no_query_value_or_job_id_makes_a_page_answer_500(
     dashboard = Dashboard(create_app(pg_store))
     job_id = web_queue.add("t", {"secret": "hunter2"}, scope=("S", "1"), tags=["x"])
     assert job_id is not None
+    workflow = Workflow("wf")
+    workflow.add("t", {"secret": "hunter2"})
+    workflow_id = web_queue.add_workflow(workflow).id
     answers: list[tuple[str, int, str]] = []
     for value in HOSTILE_VALUES:
         # /jobs reads every filter: one parameter at a time, so each is checked.
@@ -531,10 +534,12 @@ def test_no_query_value_or_job_id_makes_a_page_answer_500(
             answers.append((f"/jobs?{query!r}", *dashboard.raw_get("/jobs", query)))
         # The other pages read at most notice / fragment: every parameter at once.
         query = b"&".join(name.encode() + b"=" + value for name in PARAMETERS)
-        for path in ("/", f"/jobs/{job_id}", "/failed", "/schedules", "/workers", "/healthz"):
+        for path in ("/", f"/jobs/{job_id}", "/failed", "/schedules", "/workers", "/healthz",
+                     f"/workflows/{workflow_id}", f"/workflows/{workflow_id}/live"):
             answers.append((f"{path}?{query[:60]!r}", *dashboard.raw_get(path, query)))
-        path = "/jobs/" + unquote(value.decode("latin-1"))
-        answers.append((repr(path[:60]), *dashboard.raw_get(path)))
+        for prefix, suffix in (("/jobs/", ""), ("/workflows/", ""), ("/workflows/", "/live")):
+            path = prefix + unquote(value.decode("latin-1")) + suffix
+            answers.append((repr(path[:60]), *dashboard.raw_get(path)))
     for what, status, body in answers:
         assert status in (200, 307, 400, 404), (what, status)  # 307: "/jobs/" to "/jobs"
         assert "hunter2" not in body, what
@@ -546,6 +551,8 @@ def test_no_query_value_or_job_id_makes_a_page_answer_500(
         assert status == 400
         assert f"{query.split(b'=')[0].decode()} must be a job id" in body
     assert dashboard.raw_get("/jobs/9223372036854775808")[0] == 404
+    assert dashboard.raw_get("/workflows/9223372036854775808")[0] == 404
+    assert dashboard.raw_get("/workflows/9223372036854775807")[0] == 404
 
 
 BULK_FIELDS = ["action", "ids", "all", "confirm", "q", "type", "status", "scope_type",
@@ -558,6 +565,9 @@ def test_no_bulk_cancel_or_schedule_value_makes_an_action_answer_500(
     dashboard = Dashboard(create_app(pg_store))
     job_id = web_queue.add("t", {"secret": "hunter2"}, scope=("S", "1"), tags=["x"])
     assert job_id is not None
+    workflow = Workflow("wf")
+    workflow.add("t", {"secret": "hunter2"})
+    workflow_id = web_queue.add_workflow(workflow).id
     answers: list[tuple[str, int, str]] = []
     for raw in HOSTILE_VALUES:
         value = unquote(raw.decode("latin-1"), errors="surrogateescape")
