@@ -3,8 +3,8 @@
 This module only builds the command group and registers the commands, one module per group
 of commands: ``schema`` (migrate, sql), ``enqueue``, ``inspect`` (stats, failed,
 retry-failed, prune, workers, show), ``jobs``, ``workflow``, ``control`` (retry, run-now,
-cancel, delete, pause, resume), ``web``, ``worker``, ``demo``, ``harness`` (bench) and ``embedded``. What
-they share (the connection options, opening a store, exit codes,
+cancel, delete, pause, resume), ``web``, ``worker``, ``demo``, ``harness`` (bench) and
+``embedded``. What they share (the connection options, opening a store, exit codes,
 :class:`~golemq_pg.cli.base.CliError`, the option types) is in ``base``, which each of them
 imports.
 

@@ -1,5 +1,5 @@
-"""The dashboard's formatters, its server-side charts, the job page's attempt timeline and
-the overview's unattended types (pure functions)."""
+"""The dashboard's formatters, its server-side charts, the job page's attempt timeline, the
+overview's unattended types and the workflow graph's layout (pure functions)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from golemq_pg._types import AttemptError, JobStatus, JobSummary, WorkerSummary
 from golemq_pg.store.dashboard import MinuteCount, TypeCounts, TypeFinishes
+from golemq_pg.web._graph import MAX_COLUMNS, MAX_DRAWN, depths, layout, parents_of
 from golemq_pg.web._jobpage import timeline
 from golemq_pg.web._overview import unattended
 from golemq_pg.web._render import (
@@ -165,3 +166,73 @@ def test_types_with_due_jobs_and_no_live_worker_are_flagged_unless_paused() -> N
         WorkerSummary("w2", "h", 2, T0, T0, {"only-lost": 1}, 0, "lost"),
     ]
     assert unattended(types, workers, ["held"]) == ["only-lost", "orphan"]
+
+
+# -- the workflow graph -------------------------------------------------------------------
+
+
+def test_a_jobs_layer_is_its_longest_path_from_a_root() -> None:
+    # 1 -> 2 -> 3 -> 4 and a shortcut 1 -> 4: 4 sits below 3, not beside 2.
+    edges = [("1", "2"), ("2", "3"), ("3", "4"), ("1", "4"), ("5", "4")]
+    assert depths(["1", "2", "3", "4", "5"], edges) == {"1": 0, "2": 1, "3": 2, "4": 3, "5": 0}
+    assert depths(["1", "2"], [("1", "9"), ("9", "2")]) == {"1": 0, "2": 0}  # unknown ids
+    # A cycle (no store writes one) still ends, each member placed.
+    assert set(depths(["1", "2"], [("1", "2"), ("2", "1")])) == {"1", "2"}
+
+
+def test_the_graph_puts_parents_above_children_and_links_every_edge() -> None:
+    jobs = [_job(JobStatus.SUCCEEDED, id="10", type="doc.fetch"),
+            _job(JobStatus.RUNNING, id="11", type="doc.extract"),
+            _job(JobStatus.PENDING, id="12", type="doc.extract", run_at=T0 + timedelta(hours=1)),
+            _job(JobStatus.WAITING, id="13", type="doc.index")]
+    edges = [("10", "11"), ("10", "12"), ("11", "13"), ("12", "13")]
+    graph = layout(jobs, edges, T0)
+    by_id = {n.id: n for n in graph.nodes}
+    assert [by_id[i].status for i in ("10", "11", "12", "13")] == [
+        "succeeded", "running", "scheduled", "waiting"]
+    assert by_id["10"].y < by_id["11"].y == by_id["12"].y < by_id["13"].y
+    assert by_id["11"].x < by_id["12"].x
+    assert graph.layers == 3
+    assert len(graph.edges) == 4
+    first = graph.edges[0]
+    start = f"M{by_id['10'].x + graph.node_width / 2:.1f},{by_id['10'].y + graph.node_height:.1f}"
+    assert first.path.startswith(start)
+    for node in graph.nodes:
+        assert node.x >= 0
+        assert node.x + graph.node_width <= graph.width
+        assert node.y >= 0
+        assert node.y + graph.node_height <= graph.height
+
+
+def test_a_wide_layer_wraps_and_a_child_stays_under_its_parents() -> None:
+    jobs = [_job(JobStatus.PENDING, id="1"), _job(JobStatus.PENDING, id="2")]
+    jobs += [_job(JobStatus.WAITING, id=str(i)) for i in range(100, 120)]
+    edges = [("1", str(i)) for i in range(100, 110)] + [("2", str(i)) for i in range(110, 120)]
+    graph = layout(jobs, edges, T0)
+    second = [n for n in graph.nodes if n.layer == 1]
+    rows = sorted({n.y for n in second})
+    assert len(rows) == -(-20 // MAX_COLUMNS)
+    assert max(sum(1 for n in second if n.y == y) for y in rows) == MAX_COLUMNS
+    order = [n.id for n in sorted(second, key=lambda n: (n.y, n.x))]
+    assert order == [str(i) for i in range(100, 120)]  # 1's children first, then 2's
+    assert graph.width == 2 * 16 + MAX_COLUMNS * graph.node_width + (MAX_COLUMNS - 1) * 14
+
+
+def test_a_gone_job_stays_on_the_graph_and_a_huge_workflow_is_not_drawn() -> None:
+    graph = layout([_job(JobStatus.SUCCEEDED, id="1")], [("1", "2")], T0)
+    (gone,) = [n for n in graph.nodes if n.id == "2"]
+    assert gone.gone
+    assert gone.status == "gone"
+    assert len(graph.edges) == 1
+    many = [_job(JobStatus.PENDING, id=str(i)) for i in range(MAX_DRAWN + 1)]
+    assert layout(many, [], T0).drawn is False
+    assert layout([], [], T0).nodes == ()
+    long_type = _job(JobStatus.PENDING, id="1", type="x" * 60)
+    (node,) = layout([long_type], [], T0).nodes
+    assert len(node.label) <= 22
+    assert node.label.endswith("…")
+    assert "x" * 60 in node.title
+
+
+def test_parents_of_lists_each_childs_parents_numerically() -> None:
+    assert parents_of([("10", "3"), ("9", "3"), ("1", "2")]) == {"3": ["9", "10"], "2": ["1"]}

@@ -565,9 +565,6 @@ def test_no_bulk_cancel_or_schedule_value_makes_an_action_answer_500(
     dashboard = Dashboard(create_app(pg_store))
     job_id = web_queue.add("t", {"secret": "hunter2"}, scope=("S", "1"), tags=["x"])
     assert job_id is not None
-    workflow = Workflow("wf")
-    workflow.add("t", {"secret": "hunter2"})
-    workflow_id = web_queue.add_workflow(workflow).id
     answers: list[tuple[str, int, str]] = []
     for raw in HOSTILE_VALUES:
         value = unquote(raw.decode("latin-1"), errors="surrogateescape")

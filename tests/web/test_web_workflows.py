@@ -84,7 +84,7 @@ def test_the_workflow_page_draws_its_jobs_as_linked_nodes_by_status_with_edges_a
 def test_a_finished_workflow_page_stops_refreshing_and_shows_when_it_finished(
     dashboard: Dashboard, pg_store: PostgresStore, web_queue: Queue
 ) -> None:
-    run, _, _, index = _ingest(web_queue, pages=2)
+    run, *_ = _ingest(web_queue, pages=2)
     for job_type in ("doc.fetch", "doc.extract", "doc.index"):
         _succeed(pg_store, job_type)
     page = dashboard.get(f"/workflows/{run.id}").text
@@ -125,7 +125,7 @@ def test_a_cancelled_workflow_keeps_its_edges_with_gone_nodes_and_no_links(
 def test_a_fan_out_of_a_hundred_wraps_into_rows_that_fit_the_page(
     dashboard: Dashboard, web_queue: Queue
 ) -> None:
-    run, fetch, extract, index = _ingest(web_queue, pages=100)
+    run, *_ = _ingest(web_queue, pages=100)
     page = dashboard.get(f"/workflows/{run.id}").text
     assert len(_nodes(page)) == 102
     width, height = (int(v) for v in re.search(
