@@ -75,7 +75,6 @@ def test_jobs_lists_newest_first_and_filters_by_type_status_scope_and_tag(
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--status", "waiting"], "waiting"),
     (["--status", "lost"], "--status"),
     (["--scope", "nocolon"], "TYPE:ID"),
     (["--limit", "0"], "--limit"),
