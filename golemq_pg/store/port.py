@@ -440,7 +440,8 @@ class TypeGauges:
     """One job type's queue state as the metrics collector exports it at scrape time.
 
     Counts are exact up to the ``cap`` passed to ``metrics_type_gauges`` and ``cap`` above
-    it: ``pending`` is due now, ``scheduled`` due later (retry backoff included).
+    it: ``pending`` is due now, ``scheduled`` due later (retry backoff included),
+    ``waiting`` waits for its parents.
     ``oldest_due_age``: seconds the oldest due job of the type has waited (None: none due).
     """
 
@@ -451,6 +452,8 @@ class TypeGauges:
     failed: int
     oldest_due_age: float | None
     paused: bool
+    #: WAITING jobs (parents not all finished), capped like the others.
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,8 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         """Insert one job, applying the dedupe rule; with ``connection``, inside the caller's
         transaction."""
         store = self if connection is None else self._bind(connection)
-        return await store._run(producer.job_enqueue(self._shared.ctx, params))
+        plan = workflows.job_enqueue_linked if params.depends_on else producer.job_enqueue
+        return await store._run(plan(self._shared.ctx, params))
 
     async def job_enqueue_many(
         self,
@@ -247,6 +248,8 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
     ) -> int:
         """Insert many jobs of one type with one COPY; returns the count."""
         store = self if connection is None else self._bind(connection)
+        if params.depends_on:
+            return await store._run(workflows.job_enqueue_many_linked(self._shared.ctx, params))
         return await store._run(producer.job_enqueue_many(self._shared.ctx, params))
 
     async def workflow_create(

@@ -208,11 +208,14 @@ class PostgresStore(
     def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
         """Insert one job, applying the dedupe rule; with ``connection``, inside it."""
         store = self if connection is None else self.with_connection(connection)
-        return store._run(producer.job_enqueue(self._shared.ctx, params))
+        plan = workflows.job_enqueue_linked if params.depends_on else producer.job_enqueue
+        return store._run(plan(self._shared.ctx, params))
 
     def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
         """Insert many jobs of one type with one COPY; returns the count."""
         store = self if connection is None else self.with_connection(connection)
+        if params.depends_on:
+            return store._run(workflows.job_enqueue_many_linked(self._shared.ctx, params))
         return store._run(producer.job_enqueue_many(self._shared.ctx, params))
 
     def workflow_create(
