@@ -7,19 +7,21 @@ publishes whatever notification follows from them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from golemq_pg._types import JobStatus
+from golemq_pg.store.memory._graph import revive
 from golemq_pg.store.memory._rows import JobRow, JobTable, cancel_selects, matching, page
 from golemq_pg.store.port import CancelFilter, CancelledJob, FindParams
 
 #: The buckets of ``job_stats``, in the order the port documents them.
-STATS_BUCKETS = ("pending", "scheduled", "running", "succeeded", "failed")
+STATS_BUCKETS = ("pending", "scheduled", "running", "succeeded", "failed", "waiting")
 
 
 def _bucket(row: JobRow, now: datetime) -> str:
-    """A row's ``job_stats`` bucket: PENDING splits into due now and scheduled later."""
+    """A row's ``job_stats`` bucket: PENDING splits into due now and scheduled later
+    (WAITING is its own bucket: neither)."""
     status = row.shown_status  # claimed, handler not started: PENDING
     if status is JobStatus.PENDING:
         return "pending" if row.run_at <= now else "scheduled"
@@ -27,7 +29,7 @@ def _bucket(row: JobRow, now: datetime) -> str:
 
 
 def stats(table: JobTable, now: datetime) -> dict[str, int]:
-    """pending (due now), scheduled (future), running, succeeded, failed."""
+    """pending (due now), scheduled (future), running, succeeded, failed, waiting."""
     counts = dict.fromkeys(STATS_BUCKETS, 0)
     for row in table.rows.values():
         counts[_bucket(row, now)] += 1
@@ -78,8 +80,8 @@ def cancel(table: JobTable, selector: CancelFilter) -> list[CancelledJob]:
     return cancelled
 
 
-def retry_failed(table: JobTable, params: FindParams, now: datetime) -> int:
-    """FAILED -> PENDING due ``now``, attempts reset; returns how many were revived.
+def retry_failed(table: JobTable, params: FindParams, now: datetime) -> list[JobRow]:
+    """FAILED -> PENDING due ``now``, attempts reset; returns the rows revived.
 
     A keyed dead letter stays FAILED when a PENDING job already holds its key (that job
     supersedes it), and among dead letters of one key only the newest is revived: one
@@ -108,29 +110,26 @@ def retry_failed(table: JobTable, params: FindParams, now: datetime) -> int:
             and newest_failed[(row.type, row.dedupe_key)] == row.id
         )
     ]
-    revived = 0
-    for row in page(rows, failed):
-        table.set_status(row, JobStatus.PENDING)
-        row.attempts = 0
-        row.last_error = None
-        row.run_at = now
-        row.finished_at = None
-        row.updated_at = now
-        revived += 1
+    revived = page(rows, failed)
+    for row in revived:
+        revive(table, row, now)
     return revived
 
 
 def prune(
-    table: JobTable, statuses: Sequence[JobStatus], cutoff: datetime, limit: int | None
+    table: JobTable, statuses: Sequence[JobStatus], cutoff: datetime, limit: int | None,
+    keep: Callable[[JobRow], bool],
 ) -> int:
     """Delete rows in ``statuses`` that finished before ``cutoff``, oldest first, at most
-    ``limit`` (None: all); returns how many."""
+    ``limit`` (None: all), except those ``keep`` names (a parent whose children still
+    wait); returns how many."""
     wanted = {JobStatus(s) for s in statuses}
     old = sorted(
         (
             row
             for row in table.rows.values()
             if row.status in wanted and row.finished_at is not None and row.finished_at < cutoff
+            and not keep(row)
         ),
         key=lambda r: (r.finished_at, r.id),
     )

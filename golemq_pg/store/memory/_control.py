@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from golemq_pg._types import JobStatus, PausedType
+from golemq_pg.store.memory._graph import Graph, revive
 from golemq_pg.store.memory._rows import JobTable
 from golemq_pg.store.port import Notification
 
@@ -24,6 +25,7 @@ class ControlVerbs:
 
     _lock: threading.Lock
     _jobs: JobTable
+    _graph: Graph
     _paused: dict[str, PausedType]
     _read_clock: Callable[[], datetime]
     _publish: Callable[[Notification], None]
@@ -52,8 +54,11 @@ class ControlVerbs:
     def job_retry(self, job_id: str) -> bool:
         """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
 
-        False (nothing changed) when the job is not FAILED, unknown, or keyed while a
-        PENDING job holds its key.
+        False (nothing changed) when the job is not FAILED, unknown, keyed while a
+        PENDING job holds its key, or dead-lettered because of a parent that is still
+        FAILED (or was cancelled). A job with parents not all SUCCEEDED waits for them
+        again (WAITING), and the dependents dead-lettered because of it are re-armed, down
+        the chain (see the port).
         """
         with self._lock:
             row = self._jobs.get(job_id)
@@ -63,14 +68,13 @@ class ControlVerbs:
                 row.type, row.dedupe_key
             ) is not None:
                 return False
+            if self._graph.retry_refused(self._jobs, row):
+                return False
             now = self._read_clock()
-            self._jobs.set_status(row, JobStatus.PENDING)
-            row.attempts = 0
-            row.last_error = None
-            row.run_at = now
-            row.finished_at = None
-            row.updated_at = now
-            self._publish(Notification(kind="jobs", items=(row.type,)))
+            revive(self._jobs, row, now)
+            effects = self._graph.rearm(self._jobs, [row], now)
+            if effects.due_types:
+                self._publish(Notification(kind="jobs", items=tuple(sorted(effects.due_types))))
             return True
 
     def job_run_now(self, job_id: str) -> bool:

@@ -32,6 +32,7 @@ from golemq_pg.store.dashboard import (
     sorted_groups,
     window_spent,
 )
+from golemq_pg.store.memory._graph import Graph, revive
 from golemq_pg.store.memory._rows import JobRow, JobTable, RateBudget
 from golemq_pg.store.port import Notification
 
@@ -45,6 +46,7 @@ class DashboardVerbs:
 
     _lock: threading.Lock
     _jobs: JobTable
+    _graph: Graph
     _budgets: dict[str, RateBudget]
     _rate_window: float
     _read_clock: Callable[[], datetime]
@@ -57,7 +59,9 @@ class DashboardVerbs:
             now = self._read_clock()
             live = [*self._jobs.pending.values(), *self._jobs.running.values()]
             failed = [r for r in self._jobs.rows.values() if r.status is JobStatus.FAILED]
-            waiting = sum(1 for r in self._jobs.rows.values() if r.status is JobStatus.WAITING)
+            waiting: dict[str, int] = {}
+            for row in self._jobs.waiting.values():
+                waiting[row.type] = waiting.get(row.type, 0) + 1
             hour = self._finished_per_minute(now, 60)
             estimate = len(self._jobs.rows)
         per_type: dict[str, dict[str, int]] = {}
@@ -87,11 +91,11 @@ class DashboardVerbs:
             for name, c in sorted(per_type.items())
         )
         by_status = {
-            JobStatus.WAITING: min(waiting, cap),
             JobStatus.PENDING: sum(t.due + t.scheduled for t in types),
             JobStatus.RUNNING: sum(t.running for t in types),
             JobStatus.SUCCEEDED: sum(m.succeeded for m in hour),
             JobStatus.FAILED: sum(t.failed for t in types),
+            JobStatus.WAITING: sum(min(n, cap) for n in waiting.values()),
         }
         ages = [t.oldest_due_age for t in types if t.oldest_due_age is not None]
         return Overview(types, by_status, max(ages) if ages else None, estimate, cap)
@@ -228,7 +232,7 @@ class DashboardVerbs:
             newest: dict[str, int] = {
                 r.dedupe_key: r.id for r in failed if r.type == job_type and r.dedupe_key
             }
-            revived = 0
+            revived = []
             for row in failed:
                 if row.type != job_type or row.last_error != error:
                     continue
@@ -237,16 +241,13 @@ class DashboardVerbs:
                     table.pending_with_key(job_type, key) is not None or newest[key] != row.id
                 ):
                     continue
-                table.set_status(row, JobStatus.PENDING)
-                row.attempts = 0
-                row.last_error = None
-                row.run_at = now
-                row.finished_at = None
-                row.updated_at = now
-                revived += 1
+                revive(table, row, now)
+                revived.append(row)
             if revived:
+                # back in the graph: WAITING again while a parent is not done
+                self._graph.rearm(table, revived, now)
                 self._publish(Notification(kind="jobs", items=(job_type,)))
-            return revived
+            return len(revived)
 
     def dashboard_pools(self, resources: Mapping[str, Resource]) -> list[PoolState]:
         """Pools with a rate budget or in ``resources``: window spend and in-use cost."""
@@ -295,7 +296,7 @@ def _passes(row: JobRow, query: JobQuery, now: datetime) -> bool:
     return (
         (query.type is None or row.type == query.type)
         and (query.status is None or row.shown_status is JobStatus(query.status))
-        and (not query.scheduled or row.run_at > now)
+        and (not query.scheduled or (row.shown_status is JobStatus.PENDING and row.run_at > now))
         and (query.scope_type is None or (row.scope is not None
                                           and row.scope.type == query.scope_type))
         and (query.scope_id is None or (row.scope is not None and row.scope.id == query.scope_id))

@@ -217,8 +217,9 @@ class MemoryListener:
 class JobTable:
     """The jobs "table" with the indexes the verbs need, kept consistent in one place.
 
-    ``pending`` and ``running`` mirror the partial indexes of the schema; ``pending_keys``
-    mirrors the unique index ``jobs_dedupe_pending_uq`` (one PENDING row per type and key).
+    ``pending``, ``running`` and ``waiting`` mirror the partial indexes of the schema;
+    ``pending_keys`` mirrors the unique index ``jobs_dedupe_pending_uq`` (one PENDING row per
+    type and key), ``waiting_keys`` ``jobs_dedupe_waiting_uq`` (one WAITING row per key).
     """
 
     def __init__(self) -> None:
@@ -226,10 +227,17 @@ class JobTable:
         #: store wakes its ``job_wait`` callers with it. Hooked here, where rows change, so
         #: that no verb finishing or deleting a row can forget it.
         self.on_done: Callable[[], None] = _nothing
+        #: Called (lock held) with a row and its outcome whenever it leaves the live states
+        #: (WAITING, PENDING, RUNNING): SUCCEEDED / FAILED when it finishes, None when it is
+        #: deleted while live (cancelled, superseded). The dependency graph settles the
+        #: row's children from it, as migration 0016's trigger on ``jobs`` does.
+        self.on_leave: Callable[[JobRow, JobStatus | None], None] = _left
         self.rows: dict[int, JobRow] = {}
         self.pending: dict[int, JobRow] = {}
         self.running: dict[int, JobRow] = {}
+        self.waiting: dict[int, JobRow] = {}
         self.pending_keys: dict[tuple[str, str], JobRow] = {}
+        self.waiting_keys: dict[tuple[str, str], JobRow] = {}
         self._last_id = 0
 
     def next_id(self) -> int:
@@ -256,18 +264,28 @@ class JobTable:
         self._index(row)
 
     def delete(self, row: JobRow) -> None:
-        """Remove a row."""
+        """Remove a row (one deleted while live is cancelled: ``on_leave`` is told)."""
+        live = row.status in LIVE_STATUSES
         self._unindex(row)
         del self.rows[row.id]
         self.on_done()
+        if live:
+            self.on_leave(row, None)
+
+    def discard(self, row: JobRow) -> None:
+        """Take back a row this verb inserted (a workflow that failed half-way): no hook is
+        told, as a rolled back insert tells nobody."""
+        self._unindex(row)
+        self.rows.pop(row.id, None)
 
     def finish(self, row: JobRow, status: JobStatus, now: datetime) -> None:
-        """RUNNING -> SUCCEEDED / FAILED: the lease is cleared."""
+        """RUNNING (or WAITING) -> SUCCEEDED / FAILED: the lease is cleared."""
         _clear_lease(row)
         self.set_status(row, status)
         row.finished_at = now
         row.updated_at = now
         self.on_done()
+        self.on_leave(row, status)
 
     def back_to_pending(self, row: JobRow, run_at: datetime, now: datetime) -> None:
         """RUNNING -> PENDING at ``run_at``: the lease is cleared.
@@ -289,6 +307,14 @@ class JobTable:
         """The PENDING row holding ``(type, dedupe_key)``, if any."""
         return self.pending_keys.get((job_type, key))
 
+    def waiting_with_key(self, job_type: str, key: str) -> JobRow | None:
+        """The WAITING row holding ``(type, dedupe_key)``, if any."""
+        return self.waiting_keys.get((job_type, key))
+
+    def live_holder(self, job_type: str, key: str) -> JobRow | None:
+        """The PENDING, else the WAITING row holding ``(type, dedupe_key)``, if any."""
+        return self.pending_keys.get((job_type, key)) or self.waiting_keys.get((job_type, key))
+
     def running_with_key(self, job_type: str, key: str) -> bool:
         """Whether a RUNNING row (live lease or not) holds ``(type, dedupe_key)``."""
         return any(r.type == job_type and r.dedupe_key == key for r in self.running.values())
@@ -300,6 +326,10 @@ class JobTable:
                 self.pending_keys[(row.type, row.dedupe_key)] = row
         elif row.status is JobStatus.RUNNING:
             self.running[row.id] = row
+        elif row.status is JobStatus.WAITING:
+            self.waiting[row.id] = row
+            if row.dedupe_key is not None:
+                self.waiting_keys.setdefault((row.type, row.dedupe_key), row)
 
     def _unindex(self, row: JobRow) -> None:
         if row.status is JobStatus.PENDING:
@@ -308,10 +338,24 @@ class JobTable:
                 self.pending_keys.pop((row.type, row.dedupe_key), None)
         elif row.status is JobStatus.RUNNING:
             self.running.pop(row.id, None)
+        elif row.status is JobStatus.WAITING:
+            self.waiting.pop(row.id, None)
+            key = (row.type, row.dedupe_key or "")
+            if row.dedupe_key is not None and self.waiting_keys.get(key) is row:
+                del self.waiting_keys[key]
 
 
 def _nothing() -> None:
     """The default ``JobTable.on_done``: nobody to tell."""
+
+
+def _left(row: JobRow, outcome: JobStatus | None) -> None:
+    """The default ``JobTable.on_leave``: no graph to settle."""
+    del row, outcome
+
+
+#: The statuses of a row that has not finished: deleting one cancels it.
+LIVE_STATUSES = frozenset({JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING})
 
 
 def _clear_lease(row: JobRow) -> None:
@@ -346,10 +390,11 @@ def page(rows: list[JobRow], params: FindParams) -> list[JobRow]:
 
 
 def cancel_selects(row: JobRow, selector: CancelFilter) -> bool:
-    """Whether ``selector`` picks this row. Only live work (pending, running) is cancelled."""
-    if row.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+    """Whether ``selector`` picks this row. Only live work (waiting, pending, running) is
+    cancelled; a WAITING row counts as PENDING (``pending_only`` too)."""
+    if row.status not in LIVE_STATUSES:
         return False
-    if selector.pending_only and row.status is not JobStatus.PENDING:
+    if selector.pending_only and row.status is JobStatus.RUNNING:
         return False
     if selector.job_ids:
         return True  # the caller looked the ids up

@@ -23,6 +23,7 @@ from golemq_pg.store.memory import _admin as admin
 from golemq_pg.store.memory._claim import ClaimPass
 from golemq_pg.store.memory._control import ControlVerbs
 from golemq_pg.store.memory._dashboard import DashboardVerbs
+from golemq_pg.store.memory._graph import Effects, Graph
 from golemq_pg.store.memory._metrics import MetricsVerbs
 from golemq_pg.store.memory._rows import (
     JobRow,
@@ -30,13 +31,13 @@ from golemq_pg.store.memory._rows import (
     MemoryListener,
     RateBudget,
     copy_progress,
-    copy_trace,
     matching,
     page,
 )
 from golemq_pg.store.memory._schedules import ScheduleBook
 from golemq_pg.store.memory._waiting import wait_for_job
 from golemq_pg.store.memory._workers import RegistryVerbs, WorkerBook
+from golemq_pg.store.memory._workflows import WorkflowVerbs
 from golemq_pg.store.port import (
     LEASE_EXHAUSTED_ERROR,
     LEASE_EXPIRED_ERROR,
@@ -51,9 +52,6 @@ from golemq_pg.store.port import (
     ClaimRequest,
     CompleteAndClaimParams,
     CompleteAndClaimResult,
-    EnqueueManyParams,
-    EnqueueParams,
-    EnqueueResult,
     FailItem,
     FindParams,
     HistoryUpkeep,
@@ -75,7 +73,9 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
+class InMemoryStore(
+    WorkflowVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs
+):
     """The storage port kept in process memory, thread-safe, with the same guards.
 
     ``clock`` returns the current aware UTC datetime (default: real time); ``rate_window``
@@ -100,6 +100,8 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         self._done = threading.Condition(self._lock)
         self._jobs = JobTable()
         self._jobs.on_done = self._done.notify_all
+        self._graph = Graph()
+        self._jobs.on_leave = self._graph.on_leave
         self._budgets: dict[str, RateBudget] = {}
         self._paused: dict[str, PausedType] = {}
         self._schedules = ScheduleBook()
@@ -148,78 +150,21 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         if due_types:
             self._publish(Notification(kind="jobs", items=due_types))
 
+    def _announce(self, effects: Effects) -> None:
+        """Publish what a graph change made due (a "jobs" hint naming the types, as by an
+        add) and what it finished (a "done" hint naming the jobs); lock held."""
+        if effects.due_types:
+            self._publish(Notification(kind="jobs", items=tuple(sorted(effects.due_types))))
+        self._announce_done(effects.done)
+
+    def _settle(self, now: datetime) -> None:
+        """Apply the outcome of every job with children that left the live states during
+        this verb to its children, and announce it (the dependents trigger of 0016); called
+        by every verb that finishes or deletes live jobs, before it lets go of the lock."""
+        if self._graph.left:
+            self._announce(self._graph.settle(self._jobs, now))
+
     # -- producer -------------------------------------------------------------------------
-    def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
-        """Insert one job, applying the dedupe rule of the PostgreSQL store."""
-        _refuse_connection(connection)
-        with self._lock:
-            now = self._read_clock()
-            key = params.dedupe_key
-            if key is not None:
-                waiting = self._jobs.pending_with_key(params.type, key)
-                if waiting is not None:
-                    if params.on_duplicate == "reject":
-                        return EnqueueResult(id=None, inserted=False)
-                    # Replace in place: same id, same place in line (run_at, created_at);
-                    # a grouped type's job moves to the end of its group (its arrival,
-                    # created_at, becomes this add's), as in job_enqueue_replace.
-                    if params.grouped:
-                        waiting.created_at = now
-                    waiting.payload = params.payload
-                    waiting.scope = params.scope
-                    waiting.priority = params.priority
-                    waiting.tags = params.tags or ()  # replaced with the payload
-                    waiting.trace_context = copy_trace(params.trace_context)
-                    waiting.updated_at = now
-                    return EnqueueResult(id=str(waiting.id), inserted=False, replaced=True)
-                if params.on_duplicate == "reject" and self._jobs.running_with_key(
-                    params.type, key
-                ):
-                    return EnqueueResult(id=None, inserted=False)
-            row = self._new_row(
-                params.type,
-                params.payload,
-                params.scope,
-                params.priority,
-                _due_time(params.run_at, params.delay, now),
-                params.max_attempts,
-                key,
-                now,
-            )
-            row.tags = params.tags or ()
-            row.trace_context = copy_trace(params.trace_context)
-            self._jobs.insert(row)
-            self._announce_due([row], now)
-            return EnqueueResult(id=str(row.id), inserted=True)
-
-    def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
-        """Insert many jobs of one type (no dedupe keys); returns the count."""
-        _refuse_connection(connection)
-        with self._lock:
-            now = self._read_clock()
-            run_at = _due_time(params.run_at, params.delay, now)
-            rows = [
-                self._new_row(
-                    params.type,
-                    payload,
-                    params.scope,
-                    params.priority,
-                    run_at,
-                    params.max_attempts,
-                    None,
-                    now,
-                )
-                for payload in params.payloads
-            ]
-            tags = params.tags or ()
-            trace = copy_trace(params.trace_context)  # one for the call, never mutated
-            for row in rows:
-                row.tags = tags
-                row.trace_context = trace
-                self._jobs.insert(row)
-            self._announce_due(rows, now)
-            return len(rows)
-
     def _new_row(
         self,
         job_type: str,
@@ -305,7 +250,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         starts = _starts(items, started)
         for row, item in self._held(owner, items):
             _stamp_start(row, starts, now)
-            if row.type in delete_types:
+            if self._deleting(row, delete_types):
                 self._jobs.delete(row)
             else:
                 if isinstance(item, ResultRef):
@@ -313,7 +258,13 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 self._jobs.finish(row, JobStatus.SUCCEEDED, now)
             written.append(str(row.id))
         self._announce_done(written)
+        self._settle(now)
         return set(written)
+
+    def _deleting(self, row: JobRow, delete_types: Sequence[str]) -> bool:
+        """Whether a finishing job is deleted (``delete_on``) rather than kept: never one
+        whose children still wait (they read it)."""
+        return row.type in delete_types and not self._graph.has_waiting_child(self._jobs, row.id)
 
     def job_fail_many(
         self, owner: str, items: Sequence[FailItem], *, delete_types: Sequence[str] = (),
@@ -328,7 +279,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             for row, item in self._held(owner, items):
                 assert isinstance(item, FailItem)  # noqa: S101 - _held returns the input items
                 _stamp_start(row, starts, now)
-                if row.type in delete_types:
+                if self._deleting(row, delete_types):
                     self._jobs.delete(row)
                 else:
                     row.last_error = item.error
@@ -336,6 +287,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                     self._jobs.finish(row, JobStatus.FAILED, now)
                 written.append(str(row.id))
             self._announce_done(written)
+            self._settle(now)
             return set(written)
 
     def job_retry_many(
@@ -357,6 +309,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                     row.attempts = max(row.attempts - 1, 0)
                 self._jobs.back_to_pending(row, now + timedelta(seconds=item.delay), now)
                 written.add(str(row.id))
+            self._settle(now)  # a superseded keyed job was deleted: cancelled
             return written
 
     def _announce_done(self, ids: Sequence[str]) -> None:
@@ -387,6 +340,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 row.attempts = max(row.attempts - 1, 0)
                 self._jobs.back_to_pending(row, now, now)
                 written.add(str(row.id))
+            self._settle(now)  # a superseded keyed job was deleted: cancelled
             return written
 
     def lease_renew(self, owner: str, items: Sequence[LeaseRef], seconds: float) -> set[str]:
@@ -477,7 +431,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                     error += PREVIOUS_ERROR_SEPARATOR + previous[:PREVIOUS_ERROR_LIMIT]
                 row.last_error = error
                 row.record_attempt(exhausted_error, None, now)
-                if row.type in delete_types:
+                if self._deleting(row, delete_types):
                     self._jobs.delete(row)
                 else:
                     self._jobs.finish(row, JobStatus.FAILED, now)
@@ -502,6 +456,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 )
             )
         self._announce_done(dead)
+        self._settle(now)
         return recovered
 
     # -- inspection and administration -----------------------------------------------------
@@ -529,7 +484,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         return wait_for_job(self._jobs, self._done, job_id, timeout)
 
     def job_count_by_status(self) -> dict[JobStatus, int]:
-        """Counts of every status (0 when none)."""
+        """Counts of every status (0 when none), WAITING included."""
         with self._lock:
             counts = dict.fromkeys(JobStatus, 0)
             for row in self._jobs.rows.values():
@@ -537,7 +492,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             return counts
 
     def job_stats(self) -> dict[str, int]:
-        """pending (due now), scheduled (future), running, succeeded, failed."""
+        """pending (due now), scheduled (future), running, succeeded, failed, waiting."""
         with self._lock:
             return admin.stats(self._jobs, self._read_clock())
 
@@ -559,6 +514,7 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             aborted = tuple(c.id for c in cancelled if c.was_running)
             if aborted:
                 self._publish(Notification(kind="cancel", items=aborted))
+            self._settle(self._read_clock())
             return cancelled
 
     def job_retry_failed(self, params: FindParams) -> int:
@@ -569,7 +525,10 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         PENDING job per key. Matches are taken oldest first, then ``skip`` and ``limit``.
         """
         with self._lock:
-            return admin.retry_failed(self._jobs, params, self._read_clock())
+            now = self._read_clock()
+            revived = admin.retry_failed(self._jobs, params, now)
+            self._graph.rearm(self._jobs, revived, now)
+            return len(revived)
 
     def job_prune(
         self,
@@ -579,7 +538,9 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
         age: float | None,
         limit: int | None = None,
     ) -> int:
-        """Delete rows in ``statuses`` that finished before the cut-off, oldest first."""
+        """Delete rows in ``statuses`` that finished before the cut-off, oldest first; a
+        finished job whose children still wait is kept. Then the graph's records of jobs
+        gone (nodes, edges, workflows none of whose jobs is left) are dropped."""
         with self._lock:
             now = self._read_clock()
             if before is not None:
@@ -588,7 +549,13 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
                 cutoff = now - timedelta(seconds=age)
             else:
                 raise ValueError("job_prune needs a cut-off: before= or age=")
-            return admin.prune(self._jobs, statuses, cutoff, limit)
+            graph = self._graph
+            pruned = admin.prune(
+                self._jobs, statuses, cutoff, limit,
+                keep=lambda row: graph.has_waiting_child(self._jobs, row.id),
+            )
+            graph.forget(self._jobs, cutoff)
+            return pruned
 
     def history_upkeep(self, days_ahead: int = 3, legacy_limit: int = 5_000) -> HistoryUpkeep:
         """Nothing to keep: the in-memory store's history is its dict (and its counts are
@@ -689,23 +656,9 @@ class InMemoryStore(RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs):
             return [str(row.id) for row in created]
 
 
-def _refuse_connection(connection: object) -> None:
-    if connection is not None:
-        raise TypeError(
-            "InMemoryStore does not support connection=: there is no database transaction "
-            "to enqueue into (use PostgresStore for transactional enqueue)"
-        )
-
-
 def _budget(own: int | None, default: int | None) -> int | None:
     """A scheduled job's budget: the schedule's own, else (NO_BUDGET) the default."""
     return default if own == NO_BUDGET else own
-
-
-def _due_time(run_at: datetime | None, delay: float, now: datetime) -> datetime:
-    if run_at is not None:
-        return run_at.astimezone(UTC)
-    return now + timedelta(seconds=delay)
 
 
 __all__ = ["Clock", "InMemoryStore"]
