@@ -48,7 +48,7 @@ class Overview:
 
     ``by_status`` has every status; succeeded is the count finished in the last hour
     (finished rows may be kept for ever: counting them all would scan the table); waiting
-    (jobs held until their parents finish) is capped like the per-type counts.
+    (jobs held until their parents finish) sums each type's count capped like the others.
     ``estimated_rows`` is the planner's estimate of the table's size; ``cap`` is where
     every count stops.
     """

@@ -104,10 +104,20 @@ SELECT t.type,
 
 
 -- name: dashboard_waiting_count
--- WAITING jobs (held until their parents finish), counted up to the cap through their
--- partial index (jobs_waiting_idx, 0017).
-SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j WHERE j.status = 'waiting'
-                       LIMIT %(cap)s::bigint) w
+-- WAITING jobs (held until their parents finish): each type's counted up to the cap (as the
+-- other per-type counts), summed; types found by a loose index scan of their partial index
+-- (jobs_waiting_idx, 0017), the counts read from it too.
+WITH RECURSIVE w(type) AS (
+    (SELECT j.type FROM {schema}.jobs j WHERE j.status = 'waiting' ORDER BY j.type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.type FROM {schema}.jobs j
+             WHERE j.status = 'waiting' AND j.type > w.type ORDER BY j.type LIMIT 1)
+      FROM w WHERE w.type IS NOT NULL
+)
+SELECT coalesce(sum((SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs j
+                                            WHERE j.status = 'waiting' AND j.type = w.type
+                                            LIMIT %(cap)s::bigint) x)), 0)::bigint
+  FROM w WHERE w.type IS NOT NULL
 
 
 -- name: dashboard_estimated_rows
