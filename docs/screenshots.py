@@ -6,11 +6,12 @@ Runs the demo workload (``golemq-pg demo``: no-ops, flaky jobs that retry, slow 
 progress, a type that always dead-letters) in schema ``golemq_screens``, leaves a worker
 running with some work parked for later and one type paused, serves ``golemq_pg.web`` with
 uvicorn on a free loopback port and photographs the overview, the jobs list, a
-retried-then-dead job and the dead letters, each in the light and the dark theme
-(``prefers-color-scheme``), with headless Chromium (Debian's ``/usr/bin/chromium`` through
-Playwright). Writes ``docs/screenshots/<page>-<light|dark>.png`` (pages: overview, jobs,
-job, failed), and the light overview and job again as ``docs/dashboard-overview.png`` and
-``docs/dashboard-job.png``.
+retried-then-dead job, the dead letters and a workflow part-way through (a fan-out, some
+jobs done, some running, one held by a paused type, the fan-in waiting), each in the light
+and the dark theme (``prefers-color-scheme``), with headless Chromium (Debian's
+``/usr/bin/chromium`` through Playwright). Writes ``docs/screenshots/<page>-<light|dark>.png``
+(pages: overview, jobs, job, failed, workflow), and the light overview and job again as
+``docs/dashboard-overview.png`` and ``docs/dashboard-job.png``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import uvicorn
 from playwright.sync_api import sync_playwright
 
-from golemq_pg import JobStatus, PostgresStore, Queue, Worker
+from golemq_pg import JobStatus, PostgresStore, Queue, Worker, Workflow
 from golemq_pg.cli.demo import FLAKY, NOOP, SLOW, _register, _Tally, run_demo
 from golemq_pg.web import create_app
 
@@ -38,6 +39,20 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _workflow(queue: Queue) -> str:
+    """A workflow part-way through: its first job done, a fan-out of extracts (half done,
+    half running for minutes), a check held by the paused FLAKY type, the fan-in waiting."""
+    wf = Workflow("nightly ingest 2026-05-01")
+    fetch = wf.add(NOOP, {"n": 1})
+    extracts = [wf.add(SLOW, {"steps": 10 if i % 2 else 9000}, after=[fetch])
+                for i in range(8)]
+    check = wf.add(FLAKY, {"fail_times": 0}, after=[fetch])
+    wf.add(NOOP, {"n": 2}, after=[*extracts, check])
+    run = queue.add_workflow(wf)
+    time.sleep(3)  # the fetch and the short extracts finish, the long ones run
+    return run.id
 
 
 def main(dsn: str) -> None:
@@ -54,6 +69,7 @@ def main(dsn: str) -> None:
     queue.pause(FLAKY, "investigating upstream timeouts")
     queue.add_many(FLAKY, [{"fail_times": 0} for _ in range(25)])
     dead = queue.find(types=[FLAKY], statuses=[JobStatus.FAILED], limit=1)
+    workflow_id = _workflow(queue)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(store), host="127.0.0.1", port=port,
                                            log_level="warning"))
@@ -70,6 +86,7 @@ def main(dsn: str) -> None:
             pages = {"overview": "/", "jobs": "/jobs", "failed": "/failed"}
             if dead:
                 pages["job"] = f"/jobs/{dead[0].id}"
+            pages["workflow"] = f"/workflows/{workflow_id}"
             SHOTS.mkdir(exist_ok=True)
             for scheme in ("light", "dark"):
                 page = browser.new_page(viewport={"width": 1280, "height": 900},
