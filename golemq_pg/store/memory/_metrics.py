@@ -2,9 +2,9 @@
 
 Private to :mod:`golemq_pg.store.memory`; a base of :class:`InMemoryStore`, whose lock, jobs
 table, paused types and worker registry it reads. Same semantics as
-``sql/queries/metrics.sql``: backlog and running counts capped at ``cap`` (dead letters
-exact: PostgreSQL reads them from the history's maintained counts), a type listed when it
-has backlog, running or failed rows, is paused, or a live worker handles it.
+``sql/queries/metrics.sql``: backlog, running and waiting counts capped at ``cap`` (dead
+letters exact: PostgreSQL reads them from the history's maintained counts), a type listed when
+it has backlog, running, waiting or failed rows, is paused, or a live worker handles it.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ class MetricsVerbs:
             for row in self._jobs.rows.values():
                 if row.status is JobStatus.FAILED:
                     counts.setdefault(row.type, [0, 0, 0, 0])[_FAILED] += 1
+            waiting: dict[str, int] = {}
+            for row in self._jobs.waiting.values():
+                waiting[row.type] = waiting.get(row.type, 0) + 1
+                counts.setdefault(row.type, [0, 0, 0, 0])
             listed = set(counts) | set(self._paused)
             for worker in self._workers.rows.values():
                 if not worker.lost(now):
@@ -66,7 +70,7 @@ class MetricsVerbs:
                     type=name, pending=pending, scheduled=scheduled, running=running,
                     failed=failed,
                     oldest_due_age=None if due is None else max((now - due).total_seconds(), 0.0),
-                    paused=name in self._paused,
+                    paused=name in self._paused, waiting=min(waiting.get(name, 0), cap),
                 ))
             return found
 
