@@ -49,8 +49,9 @@ class ControlVerbs:
         with self._lock:
             return dict(sorted(self._paused.items()))
 
-    def job_retry(self, job_id: str) -> bool:
-        """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
+    def job_retry(self, job_id: str, reset_steps: bool = False) -> bool:
+        """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept; its
+        durable steps kept, or cleared with ``reset_steps``.
 
         False (nothing changed) when the job is not FAILED, unknown, or keyed while a
         PENDING job holds its key.
@@ -70,6 +71,8 @@ class ControlVerbs:
             row.run_at = now
             row.finished_at = None
             row.updated_at = now
+            if reset_steps:
+                row.steps.clear()
             self._publish(Notification(kind="jobs", items=(row.type,)))
             return True
 
