@@ -28,10 +28,13 @@ SELECT h.id, (SELECT count(*) FROM saved) FROM held h
 
 
 -- name: job_step_get
--- One job's steps as one JSON object (name -> value; NULL when it has none).
+-- One job's steps as one JSON object (name -> value; NULL when it has none). Only while the
+-- job exists (live or finished): a gone job's steps, left for the sweep, are not its.
 SELECT jsonb_object_agg(s.name, s.value)::text
   FROM {schema}.job_steps s
  WHERE s.job_id = %(id)s::bigint
+   AND (EXISTS (SELECT 1 FROM {schema}.jobs j WHERE j.id = %(id)s::bigint)
+        OR EXISTS (SELECT 1 FROM {schema}.jobs_history h WHERE h.id = %(id)s::bigint))
 
 
 -- name: job_step_get_many

@@ -1,5 +1,6 @@
 """Durable steps on PostgreSQL (migration 0018, ``sql/queries/steps.sql``): the plans of
-the step reads (shared with AsyncPostgresStore), and the worker's fenced step write.
+the step reads, shared with AsyncPostgresStore (the worker's fenced write, a method of
+PostgresStore only, is in ``_step_verbs``).
 
 Steps live in ``job_steps``, beside the job: the summaries of ``job_get``, ``job_find`` and
 ``job_wait`` get them from one more statement (:func:`attach_steps`), made only when there
@@ -14,9 +15,8 @@ from typing import Any
 import orjson
 
 from golemq_pg._types import JobSummary
-from golemq_pg.store.port import LeaseRef, StepSweep
+from golemq_pg.store.port import StepSweep
 from golemq_pg.store.postgres import _rows as rows
-from golemq_pg.store.postgres._connections import StoreConnections, retrying, sync_verb
 from golemq_pg.store.postgres._plans import Count, Plan, PlanContext, Rows
 
 
@@ -57,31 +57,3 @@ def job_step_sweep(ctx: PlanContext, after: str | None, limit: int = 1_000) -> P
     args = {"after": start if start is not None else 0, "limit": max(int(limit), 1)}
     removed, last = (yield Rows(ctx.queries["job_steps_sweep"], args, prepare=False))[0]
     return StepSweep(removed=int(removed), after=None if last is None else str(last))
-
-
-class StepVerbs(StoreConnections):
-    """``job_step_get``, ``job_step_save``, ``job_step_sweep`` of PostgresStore (a base of
-    the class; the read plans are shared with AsyncPostgresStore)."""
-
-    job_step_get = sync_verb(job_step_get)
-    job_step_sweep = sync_verb(job_step_sweep)
-
-    def job_step_save(self, owner: str, item: LeaseRef, name: str, value_json: bytes) -> bool:
-        """Store a step's value for a held lease (fenced; the first write wins); False and
-        nothing written when the lease is no longer held. On a bound store (a transactional
-        handler's connection) the write is part of that transaction."""
-        job_id = rows.int_id(item.id)
-        if job_id is None:
-            return False
-        args = {
-            "id": job_id,
-            "token": item.token,
-            "owner": owner,
-            "name": name,
-            "value": rows.jsonb(value_json),
-        }
-        return retrying(
-            "job_step_save", lambda: bool(self._fetch("job_step_save", args)),
-            once=self._bound is not None,
-        )
-

@@ -69,7 +69,8 @@ from golemq_pg.store.postgres._migrations import (
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._registry import RegistryVerbs
 from golemq_pg.store.postgres._schedules import ScheduleVerbs
-from golemq_pg.store.postgres._steps import StepVerbs, attach_steps
+from golemq_pg.store.postgres._step_verbs import StepVerbs
+from golemq_pg.store.postgres._steps import attach_steps
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
