@@ -18,7 +18,7 @@ CREATE TABLE job_steps (
     job_id     bigint      NOT NULL,
     name       text        NOT NULL,
     value      jsonb       NOT NULL,
-    attempt    int         NOT NULL,
+    attempt    bigint      NOT NULL,
     written_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, name)
 );
