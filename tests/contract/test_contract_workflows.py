@@ -140,7 +140,8 @@ def test_a_released_child_keeps_its_delay(store: JobStore) -> None:
     kid = child(store, "c", parent, delay=3600)
     run_one(store, "p")
     job = store.job_get(kid)
-    assert job is not None and job.status is JobStatus.PENDING
+    assert job is not None
+    assert job.status is JobStatus.PENDING
     assert job.run_at > store.now() + timedelta(minutes=50)
     assert claim(store, "c") == []
 
@@ -166,10 +167,12 @@ def test_fail_policy_dead_letters_the_child_naming_the_parent_and_propagates(
     grandkid = child(store, "g", kid)
     fail_one(store, "p")
     job = store.job_get(kid)
-    assert job is not None and job.status is JobStatus.FAILED
+    assert job is not None
+    assert job.status is JobStatus.FAILED
     assert job.last_error == PARENT_FAILED_ERROR.format(parent=parent)
     grand = store.job_get(grandkid)
-    assert grand is not None and grand.status is JobStatus.FAILED
+    assert grand is not None
+    assert grand.status is JobStatus.FAILED
     assert grand.last_error == PARENT_FAILED_ERROR.format(parent=kid)
 
 
@@ -180,7 +183,8 @@ def test_cancel_policy_cancels_the_child_and_propagates(store: JobStore) -> None
     fail_one(store, "p")
     assert store.job_get(kid) is None
     grand = store.job_get(grandkid)
-    assert grand is not None and grand.status is JobStatus.FAILED
+    assert grand is not None
+    assert grand.status is JobStatus.FAILED
     assert grand.last_error == PARENT_CANCELLED_ERROR.format(parent=kid)
 
 
@@ -199,7 +203,8 @@ def test_a_parent_already_failed_applies_the_policy_at_once(store: JobStore) -> 
     failed = child(store, "c", parent)
     assert status(store, failed) is JobStatus.FAILED
     cancelled = store.job_enqueue(params("c", depends_on=(parent,), policy="cancel"))
-    assert cancelled.id is not None and store.job_get(cancelled.id) is None
+    assert cancelled.id is not None
+    assert store.job_get(cancelled.id) is None
     ran = child(store, "c", parent, policy="run")
     assert status(store, ran) is JobStatus.PENDING
 
@@ -211,7 +216,8 @@ def test_cancelling_a_parent_applies_the_childrens_policy(store: JobStore) -> No
     gone = store.job_cancel(CancelFilter(job_ids=[parent]), "test")
     assert [g.id for g in gone] == [parent]
     job = store.job_get(failing)
-    assert job is not None and job.status is JobStatus.FAILED
+    assert job is not None
+    assert job.status is JobStatus.FAILED
     assert job.last_error == PARENT_CANCELLED_ERROR.format(parent=parent)
     assert status(store, running) is JobStatus.PENDING
 
@@ -254,7 +260,8 @@ def test_delete_on_keeps_a_parent_whose_children_wait(store: JobStore) -> None:
     (job,) = claim(store, slots("p", limit=1))
     assert store.job_complete_many("w1", refs([job]), delete_types=["p"]) == {parent}
     kept = store.job_get(parent)
-    assert kept is not None and kept.status is JobStatus.SUCCEEDED
+    assert kept is not None
+    assert kept.status is JobStatus.SUCCEEDED
     assert status(store, kid) is JobStatus.WAITING
 
 
@@ -281,9 +288,11 @@ def test_a_waiting_job_holds_its_dedupe_key(store: JobStore) -> None:
     assert store.job_enqueue(params("c", dedupe_key="k")).id is None
     assert store.job_enqueue(params("c", depends_on=(parent,), dedupe_key="k")).id is None
     replaced = store.job_enqueue(params("c", {"v": 2}, dedupe_key="k", on_duplicate="replace"))
-    assert replaced.id == kid and replaced.replaced
+    assert replaced.id == kid
+    assert replaced.replaced
     assert status(store, kid) is JobStatus.WAITING
-    assert store.job_payload(kid) is not None and b'"v"' in (store.job_payload(kid) or b"")
+    assert store.job_payload(kid) is not None
+    assert b'"v"' in (store.job_payload(kid) or b"")
 
 
 # -- workflows ------------------------------------------------------------------------------
@@ -303,7 +312,8 @@ def test_a_workflow_runs_in_dependency_order_and_reports_its_state(store: JobSto
     a, b, c, d = created.job_ids
     summary = store.workflow_get(created.id)
     assert summary is not None
-    assert summary.name == "diamond" and summary.status == "running"
+    assert summary.name == "diamond"
+    assert summary.status == "running"
     assert summary.finished_at is None
     assert [j.id for j in summary.jobs] == [a, b, c, d]
     assert summary.edges == sorted([(a, b), (a, c), (b, d), (c, d)],
@@ -318,7 +328,9 @@ def test_a_workflow_runs_in_dependency_order_and_reports_its_state(store: JobSto
     assert store.job_links(a).children == (b, c)
     run_one(store, "d")
     done = store.workflow_get(created.id)
-    assert done is not None and done.status == "succeeded" and done.finished_at is not None
+    assert done is not None
+    assert done.status == "succeeded"
+    assert done.finished_at is not None
 
 
 def test_a_workflow_with_a_failed_job_is_failed_once_nothing_runs(store: JobStore) -> None:
@@ -328,7 +340,8 @@ def test_a_workflow_with_a_failed_job_is_failed_once_nothing_runs(store: JobStor
     ]))
     fail_one(store, "a")
     summary = store.workflow_get(created.id)
-    assert summary is not None and summary.status == "failed"
+    assert summary is not None
+    assert summary.status == "failed"
 
 
 def test_a_duplicate_node_fails_the_whole_workflow_writing_nothing(store: JobStore) -> None:
@@ -350,7 +363,8 @@ def test_cancel_workflow_cancels_every_live_job(store: JobStore) -> None:
     assert claim(store, "a", "b", "d") == []
     assert store.job_stats()["waiting"] == 0
     summary = store.workflow_get(created.id)
-    assert summary is not None and summary.status == "cancelled"
+    assert summary is not None
+    assert summary.status == "cancelled"
     assert [j.id for j in summary.jobs] == [created.job_ids[0]]
     assert len(summary.edges) == 4  # the record outlives its jobs
     assert store.workflow_cancel(created.id) == []
