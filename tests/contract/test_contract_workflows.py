@@ -379,3 +379,21 @@ def test_unknown_workflow_and_links(store: JobStore) -> None:
 
 def dataclass_replace(p: EnqueueParams, **changes: Any) -> EnqueueParams:
     return dataclasses.replace(p, **changes)
+
+
+def test_a_replacing_workflow_job_takes_over_a_waiting_holder_keeping_its_parents(
+    store: JobStore,
+) -> None:
+    parent = add(store, "p")
+    holder = child(store, "c", parent, dedupe_key="k")
+    created = store.workflow_create(WorkflowParams(name="r", jobs=[
+        WorkflowJobParams(params("c", {"v": 2}, dedupe_key="k", on_duplicate="replace")),
+        WorkflowJobParams(params("d"), after=(0,)),
+    ]))
+    assert created.job_ids[0] == holder
+    assert status(store, holder) is JobStatus.WAITING  # still waits for its own parent
+    assert store.job_links(holder).workflow_id == created.id
+    assert status(store, created.job_ids[1]) is JobStatus.WAITING
+    run_one(store, "p")
+    run_one(store, "c")
+    assert status(store, created.job_ids[1]) is JobStatus.PENDING

@@ -89,10 +89,9 @@ def _insert_linked(
             args["grouped"] = params.grouped
             held = yield Rows(q["job_replace_held"], args)
             if held:
-                if workflow is not None:
-                    yield Rows(q["job_link"], {"children": [held[0][0]], "parents": [],
-                                               "policy": params.on_parent_failure,
-                                               "workflow": workflow})
+                if workflow is not None:  # it joins the workflow, keeping its own parents
+                    yield Rows(q["job_node_join_workflow"],
+                               {"id": held[0][0], "workflow": workflow})
                 return EnqueueResult(id=str(held[0][0]), inserted=False, replaced=True)
             found = yield Rows(q["job_insert_waiting"], args)
         else:
