@@ -750,7 +750,11 @@ class JobStore(DashboardReads, Protocol):
         in the returned list."""
 
     def job_retry_failed(self, params: FindParams) -> int:
-        """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all."""
+        """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all. Each job
+        revived is put back in the graph as :meth:`job_retry` does (its failed dependents
+        re-armed, itself WAITING while a parent is unfinished), without ``job_retry``'s
+        refusal: a job with a FAILED parent is revived WAITING (the parent counts as open).
+        The count includes the dependents re-armed."""
 
     def job_prune(
         self, statuses: Sequence[JobStatus], *, before: datetime | None, age: float | None,
@@ -759,9 +763,11 @@ class JobStore(DashboardReads, Protocol):
         """Delete finished rows older than the cut-off (``before`` or ``age`` seconds).
 
         A finished job with a child still WAITING is kept (the child reads its result).
-        Workflow records whose jobs are all gone (cancelled, pruned, deleted) are removed
-        with the last of them, and so are the dependency edges of jobs that no longer
-        exist."""
+        Then the graph of jobs gone: a workflow created before the cut-off none of whose
+        jobs exists any more (cancelled, pruned, deleted) is removed (``workflow_get``
+        returns None), and so are the node rows and edges of jobs that no longer exist
+        outside a remaining workflow (a workflow's edges stay while its record does). The
+        count returned is of jobs only."""
 
     def job_payload(self, job_id: str) -> bytes | None:
         """One job's payload as its JSON encoding, or None when the job does not exist."""

@@ -65,6 +65,15 @@ UPDATE {schema}.jobs j
 RETURNING j.id
 
 
+-- name: job_node_join_workflow
+-- A workflow job whose key a live job held: that job (replaced) joins the workflow, unless it
+-- belongs to one already; its parents and its state are its own.
+INSERT INTO {schema}.job_nodes AS n (job_id, workflow_id)
+VALUES (%(id)s::bigint, %(workflow)s::bigint)
+ON CONFLICT (job_id) DO UPDATE SET workflow_id = coalesce(n.workflow_id, EXCLUDED.workflow_id)
+RETURNING n.job_id
+
+
 -- name: job_insert_waiting_many
 -- add_many with parents: every payload one WAITING job, ids in the order of the payloads.
 INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,

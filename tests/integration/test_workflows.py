@@ -61,14 +61,17 @@ def test_a_diamond_runs_in_order_and_the_join_sees_both_results(pg_store: Postgr
         return None
 
     worker.run_until_empty(timeout=30)
-    assert order[0] == "A" and order[-1] == "D" and sorted(order[1:3]) == ["B", "C"]
+    assert order[0] == "A"
+    assert order[-1] == "D"
+    assert sorted(order[1:3]) == ["B", "C"]
     assert seen["parents"] == {
         run.job_ids[b]: (JobStatus.SUCCEEDED, {"from": "B"}),
         run.job_ids[c]: (JobStatus.SUCCEEDED, {"from": "C"}),
     }
     assert seen["workflow"] == run.id
     summary = queue.workflow(run.id)
-    assert summary is not None and summary.status == "succeeded"
+    assert summary is not None
+    assert summary.status == "succeeded"
     assert {(p, ch) for p, ch in summary.edges} == {
         (run.job_ids[a], run.job_ids[b]), (run.job_ids[a], run.job_ids[c]),
         (run.job_ids[b], run.job_ids[d]), (run.job_ids[c], run.job_ids[d])}
@@ -155,7 +158,9 @@ def test_retrying_a_failed_parent_rearms_its_dependents(pg_store: PostgresStore)
     worker.run_until_empty(timeout=30)
     assert _status(queue, parent) is JobStatus.SUCCEEDED
     child = queue.get(kid)
-    assert child is not None and child.status is JobStatus.SUCCEEDED and child.result == "ok"
+    assert child is not None
+    assert child.status is JobStatus.SUCCEEDED
+    assert child.result == "ok"
 
 
 def test_cancel_workflow_mid_run_leaves_nothing_due(pg_store: PostgresStore) -> None:
@@ -169,12 +174,14 @@ def test_cancel_workflow_mid_run_leaves_nothing_due(pg_store: PostgresStore) -> 
         ClaimRequest(owner="t", types=[TypeSlots("wf.step", 1, 30.0)]))
     assert claimed.id == run.job_ids[a]
     pg_store.job_complete_many("t", [claimed])
-    assert queue.stats()["waiting"] == 1 and queue.stats()["pending"] == 2
+    assert queue.stats()["waiting"] == 1
+    assert queue.stats()["pending"] == 2
     assert queue.cancel_workflow(run.id) == 3
     assert queue.stats()["pending"] == queue.stats()["waiting"] == 0
     worker.run_until_empty(timeout=10)
     summary = queue.workflow(run.id)
-    assert summary is not None and summary.status == "cancelled"
+    assert summary is not None
+    assert summary.status == "cancelled"
     assert [j.id for j in summary.jobs] == [run.job_ids[a]]
     assert queue.cancel_workflow(run.id) == 0
 
@@ -238,7 +245,8 @@ def test_a_duplicate_node_in_the_callers_transaction_leaves_it_usable(
         with pytest.raises(ValueError, match="duplicate"):
             queue.add_workflow(wf, connection=conn)
         conn.commit()
-    assert mine is not None and _status(queue, mine) is JobStatus.PENDING
+    assert mine is not None
+    assert _status(queue, mine) is JobStatus.PENDING
     assert queue.stats()["pending"] == 2  # dup.b's holder and mine: nothing of the workflow
 
 
@@ -257,7 +265,8 @@ def test_transactional_and_async_handlers_see_their_parents(pg_store: PostgresSt
     parent = add_job(queue, "h.parent", {})
     tx_child = queue.add("h.tx", {}, depends_on=[parent])
     async_child = queue.add("h.async", {}, depends_on=[parent])
-    assert tx_child is not None and async_child is not None
+    assert tx_child is not None
+    assert async_child is not None
     seen: dict[str, Any] = {}
     worker = fast_worker(pg_store)
     worker.handler("h.parent")(lambda job: 42)
@@ -283,7 +292,8 @@ def test_async_queue_adds_and_reads_workflows(
     leaf = wf.add("as.b", {}, after=[root])
     run = loop_thread.run(aqueue.add_workflow(wf))
     summary = loop_thread.run(aqueue.workflow(run.id))
-    assert summary is not None and summary.status == "running"
+    assert summary is not None
+    assert summary.status == "running"
     kid = loop_thread.run(aqueue.add("as.c", {}, depends_on=[run.job_ids[leaf]]))
     assert kid is not None
     assert _status(Queue(pg_store), kid) is JobStatus.WAITING
@@ -308,7 +318,8 @@ def test_a_workflow_runs_through_pgbouncer_in_transaction_mode(
     worker.run_until_empty(timeout=30)
     assert seen == {run.job_ids[b]: "B", run.job_ids[c]: "C"}
     summary = queue.workflow(run.id)
-    assert summary is not None and summary.status == "succeeded"
+    assert summary is not None
+    assert summary.status == "succeeded"
     assert _status(queue, run.job_ids[d]) is JobStatus.SUCCEEDED
     failing = add_job(queue, "bx.parent", {})
     kid = queue.add("bx.child", {}, depends_on=[failing])

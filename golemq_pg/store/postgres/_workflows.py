@@ -6,6 +6,9 @@ parent, whichever verb finishes it.
 
 A job with parents is inserted WAITING and linked by ``link_jobs()`` (0016), which marks and
 locks its live parents, records the edges and judges it at once, in the add's transaction.
+Marking a parent is a row write: an add whose parent is running under a transactional
+handler (its claim transaction holds the row) waits for that transaction to end, up to the
+session's ``lock_timeout``.
 """
 
 from __future__ import annotations
@@ -89,10 +92,9 @@ def _insert_linked(
             args["grouped"] = params.grouped
             held = yield Rows(q["job_replace_held"], args)
             if held:
-                if workflow is not None:
-                    yield Rows(q["job_link"], {"children": [held[0][0]], "parents": [],
-                                               "policy": params.on_parent_failure,
-                                               "workflow": workflow})
+                if workflow is not None:  # it joins the workflow, keeping its own parents
+                    yield Rows(q["job_node_join_workflow"],
+                               {"id": held[0][0], "workflow": workflow})
                 return EnqueueResult(id=str(held[0][0]), inserted=False, replaced=True)
             found = yield Rows(q["job_insert_waiting"], args)
         else:
