@@ -19,16 +19,18 @@ from golemq_pg._types import JobStatus
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import (
     CancelFilter,
+    CompleteAndClaimParams,
     EnqueueManyParams,
     EnqueueParams,
     EnqueueResult,
     FailItem,
     JobStore,
     Listener,
+    RetryItem,
     WorkflowJobParams,
     WorkflowParams,
 )
-from tests.support.store_port import add, claim, count_rows, ids, refs
+from tests.support.store_port import SHORT_LEASE, add, claim, count_rows, ids, refs, slots
 
 
 def job(
@@ -177,6 +179,45 @@ def test_add_many_with_parents_waits_for_them_all(store: JobStore) -> None:
     assert len(store.job_links(parent).children) == 3
     succeed(store, "p")
     assert len(succeed(store, "page")) == 3
+
+
+def test_complete_and_claim_claims_the_child_its_completion_released(
+    store: JobStore,
+) -> None:
+    parent = add(store, "p")
+    kid = child(store, "c", parent)
+    result = store.job_complete_and_claim(CompleteAndClaimParams(
+        owner="w1", items=refs(claim(store, "p")), claim=slots("c"),
+    ))
+    assert result.written == {parent}
+    assert ids(result.claimed) == [kid]
+
+
+def test_the_reapers_dead_letter_applies_the_childrens_policy(store: JobStore) -> None:
+    parent = add(store, "p", max_attempts=1)
+    kid = child(store, "c", parent)
+    assert ids(claim(store, slots("p", lease=SHORT_LEASE))) == [parent]
+    time.sleep(SHORT_LEASE + 0.3)
+    reclaimed = store.lease_recover_expired()
+    assert [(r.id, r.outcome) for r in reclaimed] == [(parent, "failed-terminal")]
+    found = store.job_get(kid)
+    assert found is not None
+    assert found.status is JobStatus.FAILED
+    assert found.last_error == f"parent {parent} failed"
+
+
+def test_a_superseded_keyed_retry_is_a_cancelled_parent(store: JobStore) -> None:
+    parent = add(store, "p", dedupe_key="k")
+    kid = child(store, "c", parent)
+    running = claim(store, "p")
+    newer = put(store, "p", dedupe_key="k", on_duplicate="replace")
+    assert newer.inserted  # the running holder is not replaced: a new job takes the key
+    item = RetryItem(id=parent, token=running[0].lease_token, delay=0.0, error="again")
+    assert store.job_retry_many("w1", [item]) == {parent}
+    assert status(store, parent) is None  # superseded by the newer job: deleted
+    found = store.job_get(kid)
+    assert found is not None
+    assert found.last_error == f"parent {parent} was cancelled"
 
 
 # -- policies ------------------------------------------------------------------------------
@@ -462,6 +503,22 @@ def test_a_workflow_job_may_wait_for_a_job_outside_it(store: JobStore) -> None:
     assert summary.edges == []
     succeed(store, "outside")
     assert status(store, inside) is JobStatus.PENDING
+
+
+def test_a_workflow_job_after_one_cancelled_at_its_add_gets_its_policy(
+    store: JobStore,
+) -> None:
+    dead = add(store, "dead")
+    fail(store, "dead")
+    created = store.workflow_create(workflow(
+        (job("a", parents=[dead], policy="cancel"), ()), (job("b"), (0,)),
+    ))
+    a, b = created.job_ids
+    assert status(store, a) is None  # cancelled at once: its parent is FAILED
+    found = store.job_get(b)
+    assert found is not None
+    assert found.status is JobStatus.FAILED
+    assert found.last_error == f"parent {a} was cancelled"
 
 
 def test_cancelling_a_workflow_cancels_its_live_jobs_once(store: JobStore) -> None:
