@@ -46,7 +46,7 @@ def collect_stats(store: Any) -> dict[str, Any]:
     }
 
 
-_COLUMNS = ("pending", "scheduled", "running", "succeeded", "failed")
+_COLUMNS = ("pending", "scheduled", "waiting", "running", "succeeded", "failed")
 
 
 def render_stats(data: dict[str, Any]) -> Any:

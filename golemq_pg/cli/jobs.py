@@ -21,7 +21,7 @@ from golemq_pg._types import JobStatus, JobSummary
 from golemq_pg.cli.base import SCOPE, announce, db_options, open_store
 from golemq_pg.cli.views import budget_text, console, short_time, table
 
-#: The statuses ``--status`` accepts (``waiting`` is refused while JobStatus lacks it).
+#: The statuses ``--status`` accepts.
 STATUS_CHOICES = ("pending", "scheduled", "waiting", "running", "succeeded", "failed")
 #: At most this many pending jobs are read to split due ones from scheduled ones.
 SCAN_LIMIT = 10_000
@@ -51,11 +51,6 @@ def _statuses(chosen: tuple[str, ...]) -> tuple[list[JobStatus] | None, set[str]
     """The store statuses to ask for, and the pending buckets wanted ({"pending",
     "scheduled"} both: no split)."""
     wanted = {c.lower() for c in chosen}
-    if "waiting" in wanted:
-        waiting = getattr(JobStatus, "WAITING", None)
-        if waiting is None:
-            raise click.UsageError("--status waiting: this release has no waiting status "
-                                   "(jobs waiting for their parents)")
     if not wanted:
         return None, {"pending", "scheduled"}
     statuses = [JobStatus(s) for s in sorted(wanted - {"pending", "scheduled"})]

@@ -75,7 +75,6 @@ def test_jobs_lists_newest_first_and_filters_by_type_status_scope_and_tag(
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--status", "waiting"], "waiting"),
     (["--status", "lost"], "--status"),
     (["--scope", "nocolon"], "TYPE:ID"),
     (["--limit", "0"], "--limit"),
@@ -88,6 +87,18 @@ def test_jobs_refuses_bad_filters_with_one_line(
     result = run_cli("--schema", migrated, "jobs", *args, dsn=pg_dsn)
     assert_clean_failure(result, 2)
     assert message in result.stderr
+
+
+def test_jobs_lists_waiting_jobs_by_their_status(
+    pg_dsn: str, migrated: str, pg_store: PostgresStore
+) -> None:
+    queue = Queue(pg_store)
+    parent = queue.add("wait.parent", {})
+    assert parent is not None
+    child = queue.add("wait.child", {}, depends_on=[parent])
+    result = run_cli("--schema", migrated, "jobs", "--status", "waiting", "--json", dsn=pg_dsn)
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == [child]
 
 
 def test_enqueue_takes_tags_priority_attempts_dedupe_key_and_run_at(

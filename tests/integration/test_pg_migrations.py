@@ -17,6 +17,7 @@ from golemq_pg import JobEvent, JobStatus, Queue, Worker
 from golemq_pg.store.port import EnqueueParams
 from golemq_pg.store.postgres import PostgresStore, migration_script
 from golemq_pg.store.postgres._migrations import migrate, migrations
+from golemq_pg.store.postgres._sql import split_statements
 from tests.support.schemas import fresh_schema
 
 
@@ -117,8 +118,11 @@ def test_script_builds_the_same_schema_as_migrate(
         store.migrate()
     script = migration_script(other_schema)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        # No parameters: the script runs as one multi-statement simple query, like psql.
-        conn.execute(sql.SQL(script))  # type: ignore[arg-type]
+        # Statement by statement, as psql -f sends them (a no-transaction migration's
+        # CREATE INDEX CONCURRENTLY cannot run inside a multi-statement query); no
+        # parameters, like psql.
+        for statement in split_statements(script):
+            conn.execute(sql.SQL(statement.text))  # type: ignore[arg-type]
         migrated = _catalog(conn, schema)
         scripted = _catalog(conn, other_schema)
     assert migrated["functions"]  # the comparison is not vacuous

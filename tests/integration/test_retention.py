@@ -210,7 +210,8 @@ def test_prune_by_age_and_cut_off_in_bounded_batches(pg_store: PostgresStore) ->
     assert pg_store.job_prune((JobStatus.FAILED,), before=later, age=None) == 2
     assert pg_store.job_prune(statuses, before=later, age=None) == 3
     assert pg_store.job_count_by_status() == {
-        JobStatus.PENDING: 0, JobStatus.RUNNING: 2, JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 0
+        JobStatus.PENDING: 0, JobStatus.RUNNING: 2, JobStatus.SUCCEEDED: 0, JobStatus.FAILED: 0,
+        JobStatus.WAITING: 0,
     }
     with pytest.raises(ValueError, match="before or age"):
         pg_store.job_prune(statuses, before=None, age=None)

@@ -195,7 +195,7 @@ def test_the_script_runs_a_no_transaction_migration_between_transaction_blocks()
 
 
 def test_the_script_of_transactional_migrations_is_one_transaction() -> None:
-    script = migration_script("q")
+    script = migration_script("q", source=[m for m in migrations() if m.transactional])
     assert script.count("BEGIN;\n") == 1
     assert script.count("COMMIT;\n") == 1
     assert script.rstrip().endswith("COMMIT;")
