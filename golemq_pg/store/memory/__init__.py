@@ -12,7 +12,9 @@ surface, and every module inside it is private (``_name``):
 * ``_schedules``: recurring schedules;
 * ``_control``: pause / resume a type, retry or run one job now; ``_workers``: the worker
   registry; ``_dashboard`` and ``_metrics``: the dashboard's and the metrics collector's
-  reads; ``_waiting``: ``job_wait`` (a condition variable on the store's lock).
+  reads; ``_waiting``: ``job_wait`` (a condition variable on the store's lock);
+* ``_graph``: job dependencies and workflow records, and how a parent's outcome reaches its
+  children; ``_workflows``: the enqueue verbs (with parents) and the workflow verbs.
 """
 
 from golemq_pg.store.memory._store import Clock, InMemoryStore
