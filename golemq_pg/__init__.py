@@ -22,6 +22,9 @@ if TYPE_CHECKING:
         Transition,
         WorkerError,
         WorkerSummary,
+        WorkflowNode,
+        WorkflowRun,
+        WorkflowSummary,
     )
     from golemq_pg.errors import (
         JobAborted,
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from golemq_pg.store import InMemoryStore, JobStore, PostgresStore
     from golemq_pg.store.postgres import AsyncPostgresStore
     from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Worker
+    from golemq_pg.workflow import Workflow
 
 #: Where each public name lives. Imported on first use (PEP 562), so ``import golemq_pg``
 #: (and the CLI's ``--help``, which imports it) loads no database driver: ``from golemq_pg
@@ -73,6 +77,10 @@ _EXPORTS: dict[str, str] = {
     "Worker": "golemq_pg.worker",
     "WorkerError": "golemq_pg._types",
     "WorkerSummary": "golemq_pg._types",
+    "Workflow": "golemq_pg.workflow",
+    "WorkflowNode": "golemq_pg._types",
+    "WorkflowRun": "golemq_pg._types",
+    "WorkflowSummary": "golemq_pg._types",
 }
 
 
@@ -109,6 +117,10 @@ __all__ = [
     "Worker",
     "WorkerError",
     "WorkerSummary",
+    "Workflow",
+    "WorkflowNode",
+    "WorkflowRun",
+    "WorkflowSummary",
 ]
 
 __version__ = "0.1.0"

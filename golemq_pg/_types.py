@@ -46,12 +46,18 @@ MaxAttempts = int | Literal[Unlimited.UNLIMITED] | None
 
 
 class JobStatus(enum.StrEnum):
-    """The four states a job row can be in (cancelled jobs are deleted, not a state)."""
+    """The states a job row can be in (cancelled jobs are deleted, not a state).
+
+    ``WAITING``: a job added with ``depends_on`` (or after other nodes of a workflow) whose
+    parents have not all finished; it is not due, holds its dedupe key and becomes
+    ``PENDING`` in the transaction that finishes its last parent.
+    """
 
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    WAITING = "waiting"
 
 
 #: The state machine as data: which status may follow which, and on which verb.
@@ -65,7 +71,17 @@ TRANSITIONS: Mapping[tuple[JobStatus, str], JobStatus] = {
     (JobStatus.RUNNING, "reclaim"): JobStatus.PENDING,
     (JobStatus.RUNNING, "exhaust"): JobStatus.FAILED,
     (JobStatus.FAILED, "retry_failed"): JobStatus.PENDING,
+    (JobStatus.WAITING, "parents_done"): JobStatus.PENDING,
+    (JobStatus.WAITING, "parent_failed"): JobStatus.FAILED,
+    (JobStatus.FAILED, "parent_retried"): JobStatus.WAITING,
 }
+
+#: What a child does when one of its parents fails (dead-lettered) or is cancelled:
+#: ``"fail"`` dead-letters it (``last_error`` names the parent: ``parent 123 failed``),
+#: ``"cancel"`` cancels it (deletes it, as every cancelled job), ``"run"`` makes it due
+#: anyway once no parent is left unfinished. The outcome propagates to its own children.
+ParentFailurePolicy = Literal["fail", "cancel", "run"]
+PARENT_FAILURE_POLICIES: tuple[str, ...] = ("fail", "cancel", "run")
 
 
 class Scope(NamedTuple):
@@ -162,6 +178,54 @@ class JobSummary:
     #: The last 20 failed attempts, oldest first.
     errors: tuple[AttemptError, ...] = ()
     tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WorkflowNode:
+    """One job of a :class:`~golemq_pg.workflow.Workflow` before it is added: what
+    ``Workflow.add`` returns, to name it in a later node's ``after=`` and to find its job
+    id in :attr:`WorkflowRun.job_ids`. Opaque; hashable and equal by identity."""
+
+    #: Its position in its workflow (nodes are added in order, parents first).
+    index: int
+    #: Its job type's name.
+    type: str
+
+    def __repr__(self) -> str:
+        return f"WorkflowNode({self.index}, {self.type!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRun:
+    """What ``queue.add_workflow`` wrote: the workflow's id and each node's job id."""
+
+    id: str
+    job_ids: dict[WorkflowNode, str]
+
+
+#: ``WorkflowSummary.status``: ``"running"`` while a job of it is live (waiting, pending or
+#: running), ``"succeeded"`` when every job succeeded, ``"failed"`` when a job is FAILED and
+#: nothing is left to run, ``"cancelled"`` after ``queue.cancel_workflow``.
+WorkflowStatus = Literal["running", "succeeded", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """A workflow as stored (``queue.workflow(id)``).
+
+    ``jobs``: its jobs that still exist (a cancelled job is deleted; pruned ones are gone),
+    by id; ``edges``: ``(parent id, child id)`` for every dependency between its jobs, by
+    parent then child. ``finished_at``: when its last job finished or it was cancelled;
+    None while running. Its record outlives its jobs until pruned with them.
+    """
+
+    id: str
+    name: str
+    status: WorkflowStatus
+    created_at: datetime
+    finished_at: datetime | None
+    jobs: list[JobSummary]
+    edges: list[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,7 @@ BUCKETS = (
 )
 
 #: The statuses of ``golemq_queue_jobs`` (succeeded rows are history: count them with the counter).
-STATUSES = ("pending", "scheduled", "running", "failed")
+STATUSES = ("pending", "scheduled", "running", "failed", "waiting")
 
 #: Default cap of every ``golemq_queue_jobs`` count: a count reads at most this many index entries
 #: per type and status, so a scrape stays bounded on a backlog or dead-letter pile of millions.
@@ -447,7 +447,8 @@ class GaugeSnapshot:
         """The four gauge families."""
         jobs = GaugeMetricFamily(
             "golemq_queue_jobs",
-            f"Jobs by type and status (pending: due now; scheduled: due later; each count "
+            f"Jobs by type and status (pending: due now; scheduled: due later; waiting: for "
+            f"its parents; each count "
             f"capped at {self.count_cap}).",
             labels=("type", "status"),
         )
@@ -461,7 +462,7 @@ class GaugeSnapshot:
         )
         for g in self.types:
             for status, count in zip(
-                STATUSES, (g.pending, g.scheduled, g.running, g.failed), strict=True
+                STATUSES, (g.pending, g.scheduled, g.running, g.failed, g.waiting), strict=True
             ):
                 jobs.add_metric((g.type, status), count)
             oldest.add_metric((g.type,), g.oldest_due_age or 0.0)

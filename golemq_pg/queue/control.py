@@ -32,6 +32,7 @@ __all__ = [
     "cancel_by_dedupe_keys",
     "cancel_for_scope",
     "cancel_pending_for_scope",
+    "cancel_workflow",
     "delete",
     "pause",
     "paused",
@@ -178,11 +179,29 @@ def delete(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
     return bool((yield from calls.job_delete(job)))
 
 
+def cancel_workflow(q: QueueCore[Any], workflow_id: str) -> QueuePlan[int]:
+    """Cancel every live job (waiting, pending, running) of a workflow and mark it
+    cancelled; returns how many jobs were cancelled (0 for an unknown id or a finished
+    workflow). Running handlers are aborted as by :meth:`cancel`; observers see
+    "cancelled" for each."""
+    try:
+        wf = check_job_id(workflow_id)
+    except ValueError:
+        raise ValueError("workflow_id must be a workflow id as add_workflow() returns it") from None
+    cancelled: list[CancelledJob] = yield from calls.workflow_cancel(wf)
+    return _cancelled(q, cancelled, "workflow cancelled")
+
+
 def _cancel(q: QueueCore[Any], selector: CancelFilter, reason: str | None) -> QueuePlan[int]:
     if reason is not None and not isinstance(reason, str):
         raise ValueError("reason must be a string")
     reason = check_text((reason or "cancelled")[:500], "reason")
     cancelled: list[CancelledJob] = yield from calls.job_cancel(selector, reason)
+    return _cancelled(q, cancelled, reason)
+
+
+def _cancelled(q: QueueCore[Any], cancelled: list[CancelledJob], reason: str) -> int:
+    """Abort the running ones in this process, tell observers; how many were cancelled."""
     running = [c.id for c in cancelled if c.was_running]
     if running:
         _local.abort(q.store, running, reason)

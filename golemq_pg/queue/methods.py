@@ -24,7 +24,11 @@ class QueueMethods:
     cancel_pending_for_scope = QueueMethod(control.cancel_pending_for_scope)
     cancel_by_dedupe_keys = QueueMethod(control.cancel_by_dedupe_keys)
     cancel = QueueMethod(control.cancel)
+    cancel_workflow = QueueMethod(control.cancel_workflow)
     delete = QueueMethod(control.delete)
+    # -- workflows
+    add_workflow = QueueMethod(plans.add_workflow)
+    workflow = QueueMethod(plans.workflow)
     # -- inspection and administration
     get = QueueMethod(plans.get)
     wait = QueueMethod(plans.wait)

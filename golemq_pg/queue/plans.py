@@ -25,10 +25,13 @@ from golemq_pg._types import (
     JobSummary,
     JobType,
     MaxAttempts,
+    ParentFailurePolicy,
     ScheduleSummary,
     ScopeLike,
     Transition,
     WorkerSummary,
+    WorkflowRun,
+    WorkflowSummary,
 )
 from golemq_pg._validation import (
     check_aware,
@@ -61,6 +64,16 @@ from golemq_pg.store.port import (
     EnqueueResult,
     FindParams,
     ScheduleParams,
+    WorkflowJobParams,
+    WorkflowParams,
+)
+from golemq_pg.workflow import (
+    JobSpec,
+    Workflow,
+    check_depends_on,
+    check_policy,
+    job_spec,
+    when,
 )
 
 #: The smallest step of a timestamp: a cron tick exactly at ``start_at`` is its first one.
@@ -81,6 +94,8 @@ def add(
     max_attempts: MaxAttempts = ...,
     priority: int = ...,
     tags: Iterable[str] | None = ...,
+    depends_on: Sequence[str] | None = ...,
+    on_parent_failure: ParentFailurePolicy = ...,
     connection: Any = ...,
 ) -> QueuePlan[str | None]: ...
 
@@ -99,6 +114,8 @@ def add(
     max_attempts: MaxAttempts = ...,
     priority: int = ...,
     tags: Iterable[str] | None = ...,
+    depends_on: Sequence[str] | None = ...,
+    on_parent_failure: ParentFailurePolicy = ...,
     connection: Any = ...,
 ) -> QueuePlan[str | None]: ...
 
@@ -116,6 +133,8 @@ def add(
     max_attempts: MaxAttempts = None,
     priority: int = 0,
     tags: Iterable[str] | None = None,
+    depends_on: Sequence[str] | None = None,
+    on_parent_failure: ParentFailurePolicy = "fail",
     connection: Any = None,
 ) -> QueuePlan[str | None]:
     """Enqueue one job; returns its id, or None when rejected as a duplicate.
@@ -127,37 +146,25 @@ def add(
     payload. ``max_attempts``: a positive int, ``UNLIMITED`` (retried until it succeeds,
     fails terminally or is cancelled), or None: the JobType's, else the queue's
     ``default_max_attempts``.
+
+    ``depends_on``: ids of jobs this one waits for: it is ``WAITING`` until every one
+    has SUCCEEDED (one already SUCCEEDED counts as done), then due in the same transaction
+    as the last one's completion. An id of no existing job raises ``ValueError`` and
+    writes nothing; a grouped JobType cannot have parents. ``on_parent_failure``: what a
+    parent that fails (or is cancelled) does to it: ``"fail"`` (default: dead-lettered,
+    ``last_error`` naming the parent), ``"cancel"`` (cancelled) or ``"run"`` (due anyway);
+    a parent already FAILED applies it at once.
     """
-    name = check_job_type(job_type)
-    scope_v = check_scope(scope)
-    if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
-        raise ValueError(f"job type {name!r} is grouped: add() needs a scope")
-    if dedupe_key is not None:
-        check_name(dedupe_key, "dedupe_key")
-    if on_duplicate not in ("reject", "replace"):
-        raise ValueError("on_duplicate must be 'reject' or 'replace'")
-    if on_duplicate == "replace" and dedupe_key is None:
-        # Replacing is by key: without one there is nothing to replace, and the job would
-        # be enqueued as a new one, silently unlike what was asked.
-        raise ValueError("on_duplicate='replace' needs a dedupe_key (it replaces by key)")
-    run_at_v, delay_s = _when(run_at, delay)
-    attempts = q._max_attempts(max_attempts, job_type)
-    prio = check_int(priority, "priority")
-    tags_v = check_tags(tags)
-    encoded = encode_payload(name, payload)
-    params = EnqueueParams(
-        type=name,
-        payload=encoded,
-        scope=scope_v,
-        dedupe_key=dedupe_key,
-        on_duplicate=on_duplicate,
-        run_at=run_at_v,
-        delay=delay_s,
-        max_attempts=attempts,
-        priority=prio,
-        tags=tags_v,
-        grouped=isinstance(job_type, JobType) and job_type.grouped,
+    spec = job_spec(
+        job_type, payload, scope=scope, dedupe_key=dedupe_key, on_duplicate=on_duplicate,
+        run_at=run_at, delay=delay, max_attempts=max_attempts, priority=priority, tags=tags,
+        on_parent_failure=on_parent_failure,
     )
+    parents = check_depends_on(depends_on)
+    if parents and spec.grouped:
+        raise ValueError(f"job type {spec.type!r} is grouped: it cannot have depends_on")
+    params = _enqueue_params(q, spec, parents)
+    name, scope_v = spec.type, spec.scope
     result: EnqueueResult
     tracer = _trace_hook.tracer
     if tracer is None:
@@ -184,6 +191,8 @@ def add_many(
     run_at: datetime | None = ...,
     delay: Duration | None = ...,
     tags: Iterable[str] | None = ...,
+    depends_on: Sequence[str] | None = ...,
+    on_parent_failure: ParentFailurePolicy = ...,
     connection: Any = ...,
 ) -> QueuePlan[int]: ...
 
@@ -200,6 +209,8 @@ def add_many(
     run_at: datetime | None = ...,
     delay: Duration | None = ...,
     tags: Iterable[str] | None = ...,
+    depends_on: Sequence[str] | None = ...,
+    on_parent_failure: ParentFailurePolicy = ...,
     connection: Any = ...,
 ) -> QueuePlan[int]: ...
 
@@ -215,23 +226,31 @@ def add_many(
     run_at: datetime | None = None,
     delay: Duration | None = None,
     tags: Iterable[str] | None = None,
+    depends_on: Sequence[str] | None = None,
+    on_parent_failure: ParentFailurePolicy = "fail",
     connection: Any = None,
 ) -> QueuePlan[int]:
     """Enqueue many jobs of one type in one round trip (COPY); returns how many.
 
     Every payload is validated first: one bad payload rejects the whole call. ``tags``
-    (as for :meth:`add`) go on every job.
+    (as for :meth:`add`) go on every job. ``depends_on`` / ``on_parent_failure``: as for
+    :meth:`add`; every job of the batch waits for the same parents.
     """
     name = check_job_type(job_type)
     scope_v = check_scope(scope)
-    if isinstance(job_type, JobType) and job_type.grouped and scope_v is None:
+    grouped = isinstance(job_type, JobType) and job_type.grouped
+    if grouped and scope_v is None:
         raise ValueError(f"job type {name!r} is grouped: add_many() needs a scope")
     if isinstance(payloads, Mapping | str | bytes):
         raise ValueError("payloads must be an iterable of mappings, not a single value")
-    run_at_v, delay_s = _when(run_at, delay)
+    run_at_v, delay_s = when(run_at, delay)
     attempts = q._max_attempts(max_attempts, job_type)
     prio = check_int(priority, "priority")
     tags_v = check_tags(tags)
+    policy = check_policy(on_parent_failure)
+    parents = check_depends_on(depends_on)
+    if parents and grouped:
+        raise ValueError(f"job type {name!r} is grouped: it cannot have depends_on")
     encoded = encode_payloads(name, payloads)
     if not encoded:
         return 0
@@ -244,6 +263,8 @@ def add_many(
         max_attempts=attempts,
         priority=prio,
         tags=tags_v,
+        depends_on=parents,
+        on_parent_failure=policy,
     )
     count: int
     tracer = _trace_hook.tracer
@@ -254,6 +275,76 @@ def add_many(
         params = dataclasses.replace(params, trace_context=span.carrier)
         count = yield from calls.job_enqueue_many(params, connection=connection)
     return count
+
+
+def _enqueue_params(q: QueueCore[Any], spec: JobSpec, parents: tuple[str, ...]) -> EnqueueParams:
+    """The store's parameters of one checked job (the queue's default budget resolved)."""
+    return EnqueueParams(
+        type=spec.type,
+        payload=spec.payload,
+        scope=spec.scope,
+        dedupe_key=spec.dedupe_key,
+        on_duplicate=spec.on_duplicate,
+        run_at=spec.run_at,
+        delay=spec.delay,
+        max_attempts=q._max_attempts(spec.max_attempts, spec.job_type),
+        priority=spec.priority,
+        tags=spec.tags,
+        grouped=spec.grouped,
+        depends_on=parents,
+        on_parent_failure=spec.on_parent_failure,
+    )
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def add_workflow(
+    q: QueueCore[Any], workflow: Workflow, connection: Any = None
+) -> QueuePlan[WorkflowRun]:
+    """Add every job of ``workflow`` (a :class:`~golemq_pg.Workflow`) in one transaction;
+    returns a :class:`~golemq_pg.WorkflowRun` (its id, and each node's job id).
+
+    A job waits for the nodes it was added ``after`` (``WAITING``); the others are due as
+    for ``add``. With ``connection`` the workflow commits (or rolls back) with the
+    caller's transaction. A job rejected as a duplicate (``on_duplicate="reject"`` with
+    its key held) fails the whole call with ``ValueError``, writing nothing. An empty
+    workflow raises ``ValueError``.
+    """
+    if not isinstance(workflow, Workflow):
+        raise ValueError("add_workflow() takes a Workflow")
+    jobs = workflow.jobs
+    if not jobs:
+        raise ValueError("the workflow has no jobs")
+    params = WorkflowParams(
+        name=workflow.name,
+        jobs=tuple(
+            WorkflowJobParams(_enqueue_params(q, job.spec, ()), job.after) for job in jobs
+        ),
+    )
+    created = yield from calls.workflow_create(params, connection=connection)
+    if q.observers:
+        for job, job_id in zip(jobs, created.job_ids, strict=True):
+            q._notify(Transition(job_id, job.spec.type, job.spec.scope, "enqueued", 0))
+    return WorkflowRun(
+        created.id, {job.node: job_id for job, job_id in zip(jobs, created.job_ids, strict=True)}
+    )
+
+
+def workflow(q: QueueCore[Any], workflow_id: str) -> QueuePlan[WorkflowSummary | None]:
+    """One workflow (:class:`~golemq_pg.WorkflowSummary`: status, jobs, edges), or None
+    when no workflow has that id (never created, or pruned)."""
+    found: WorkflowSummary | None = yield from calls.workflow_get(
+        _check_workflow_id(workflow_id)
+    )
+    return found
+
+
+def _check_workflow_id(workflow_id: object) -> str:
+    try:
+        return check_job_id(workflow_id)
+    except ValueError:
+        raise ValueError("workflow_id must be a workflow id as add_workflow() returns it") from None
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -495,16 +586,6 @@ def prune(
         age = to_seconds(older_than, "older_than")
     found: int = yield from calls.job_prune(chosen, before=before, age=age)
     return found
-
-
-def _when(run_at: datetime | None, delay: Duration | None) -> tuple[datetime | None, float]:
-    if run_at is not None and delay is not None:
-        raise ValueError("give run_at or delay, not both")
-    if run_at is not None:
-        return check_timestamp(run_at, "run_at"), 0.0
-    if delay is not None:
-        return None, to_seconds(delay, "delay")
-    return None, 0.0
 
 
 def _statuses(statuses: Sequence[JobStatus | str] | None) -> list[JobStatus]:

@@ -27,6 +27,7 @@ from golemq_pg._types import (
     Resource,
     ScheduleSummary,
     WorkerSummary,
+    WorkflowSummary,
 )
 from golemq_pg.store.dashboard import (
     BULK_CAP,
@@ -46,11 +47,14 @@ from golemq_pg.store.port import (
     EnqueueParams,
     EnqueueResult,
     FindParams,
+    JobLinks,
     JobStore,
     NextTick,
     Reclaimed,
     ScheduleParams,
     TypeGauges,
+    WorkflowCreated,
+    WorkflowParams,
 )
 from golemq_pg.store.postgres import AsyncPostgresStore
 
@@ -107,6 +111,33 @@ def job_enqueue_many(params: EnqueueManyParams, *, connection: Any = None) -> St
         lambda s: s.job_enqueue_many(params, connection=connection),
         lambda s: s.job_enqueue_many(params, connection=connection),
     )
+
+
+def workflow_create(
+    params: WorkflowParams, *, connection: Any = None
+) -> StoreCall[WorkflowCreated]:
+    """``workflow_create(params, connection=connection)``."""
+    return StoreCall(
+        lambda s: s.workflow_create(params, connection=connection),
+        lambda s: s.workflow_create(params, connection=connection),
+    )
+
+
+def workflow_get(workflow_id: str) -> StoreCall[WorkflowSummary | None]:
+    """``workflow_get(workflow_id)``."""
+    return StoreCall(lambda s: s.workflow_get(workflow_id), lambda s: s.workflow_get(workflow_id))
+
+
+def workflow_cancel(workflow_id: str) -> StoreCall[list[CancelledJob]]:
+    """``workflow_cancel(workflow_id)``."""
+    return StoreCall(
+        lambda s: s.workflow_cancel(workflow_id), lambda s: s.workflow_cancel(workflow_id)
+    )
+
+
+def job_links(job_id: str) -> StoreCall[JobLinks]:
+    """``job_links(job_id)``."""
+    return StoreCall(lambda s: s.job_links(job_id), lambda s: s.job_links(job_id))
 
 
 def now() -> StoreCall[datetime]:

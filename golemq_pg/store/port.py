@@ -17,11 +17,13 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from golemq_pg._types import (
     JobStatus,
     JobSummary,
+    ParentFailurePolicy,
     PausedType,
     Resource,
     ScheduleSummary,
     Scope,
     WorkerSummary,
+    WorkflowSummary,
 )
 from golemq_pg.store.dashboard import DashboardReads
 
@@ -87,6 +89,11 @@ class EnqueueParams:
     #: The add named a grouped JobType: a replace moves the job to the end of its group
     #: (its created_at becomes the replacing add's arrival); otherwise it keeps its place.
     grouped: bool = False
+    #: Ids of the jobs it waits for (checked, distinct; empty: none). See
+    #: :meth:`JobStore.job_enqueue` for what the store does with them.
+    depends_on: tuple[str, ...] = ()
+    #: What a failed or cancelled parent does to it: "fail" | "cancel" | "run".
+    on_parent_failure: ParentFailurePolicy = "fail"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,58 @@ class EnqueueManyParams:
     tags: tuple[str, ...] | None = None  # the same tags on every job; None: no tags
     #: One producer span's trace context for every job of the call (see EnqueueParams).
     trace_context: Mapping[str, str] | None = None
+    #: As :attr:`EnqueueParams.depends_on`: every job of the call waits for these parents.
+    depends_on: tuple[str, ...] = ()
+    #: As :attr:`EnqueueParams.on_parent_failure`, for every job of the call.
+    on_parent_failure: ParentFailurePolicy = "fail"
+
+
+#: ``last_error`` of a child dead-lettered by the "fail" policy (both stores):
+#: ``PARENT_FAILED_ERROR.format(parent=<parent id>)``.
+PARENT_FAILED_ERROR = "parent {parent} failed"
+#: The same when the parent was cancelled (deleted while live) rather than dead-lettered.
+PARENT_CANCELLED_ERROR = "parent {parent} was cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowJobParams:
+    """One job of a workflow: its parameters (``depends_on`` may name jobs outside the
+    workflow, which must exist) and ``after``: the indexes of earlier jobs of the same
+    workflow it waits for (each smaller than its own index)."""
+
+    job: EnqueueParams
+    after: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowParams:
+    """``workflow_create``: a workflow's label and its jobs, parents before children."""
+
+    name: str
+    jobs: Sequence[WorkflowJobParams]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowCreated:
+    """What ``workflow_create`` wrote: the workflow's id and each job's id, by index."""
+
+    id: str
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobLinks:
+    """A job's place in the dependency graph (``job_links``).
+
+    ``workflow_id``: the workflow it belongs to, or None. ``parents``: the jobs it waits or
+    waited for that still exist (live or finished), each as ``job_get`` returns it, by id.
+    ``children``: the ids of the jobs that wait or waited for it, by id (cancelled ones are
+    gone, and absent).
+    """
+
+    workflow_id: str | None = None
+    parents: tuple[JobSummary, ...] = ()
+    children: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +440,8 @@ class TypeGauges:
     """One job type's queue state as the metrics collector exports it at scrape time.
 
     Counts are exact up to the ``cap`` passed to ``metrics_type_gauges`` and ``cap`` above
-    it: ``pending`` is due now, ``scheduled`` due later (retry backoff included).
+    it: ``pending`` is due now, ``scheduled`` due later (retry backoff included),
+    ``waiting`` waits for its parents.
     ``oldest_due_age``: seconds the oldest due job of the type has waited (None: none due).
     """
 
@@ -392,6 +452,8 @@ class TypeGauges:
     failed: int
     oldest_due_age: float | None
     paused: bool
+    #: WAITING jobs (parents not all finished), capped like the others.
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,14 +521,104 @@ class Listener(Protocol):
 @runtime_checkable
 class JobStore(DashboardReads, Protocol):
     """The storage port. See the module docstring for the fencing rule (the dashboard's
-    verbs are in :mod:`golemq_pg.store.dashboard`)."""
+    verbs are in :mod:`golemq_pg.store.dashboard`).
+
+    Dependencies (both stores). A WAITING job is never claimed, never due (not in
+    ``job_oldest_due_age``, ``job_run_now*``, ``pending`` or ``scheduled``), holds its
+    dedupe key, and is counted as ``waiting``. Every write that finishes a job (the
+    completion verbs, ``job_complete_and_claim``, a transactional completion, the fail
+    verbs, the reaper's dead letter, ``job_cancel`` / ``workflow_cancel``, a superseded
+    keyed retry's delete) applies the outcome to the job's WAITING children in the same
+    transaction, atomically with it:
+
+    * SUCCEEDED: the parent is done for each child; a child left with no open parent is
+      released: PENDING, ``run_at = max(run_at, now)``, ``updated_at`` now, and idle
+      workers are woken as by an add (a "jobs" hint naming its type). A child with a
+      failed parent recorded (see below) gets its policy instead, once none is open.
+    * FAILED or deleted while live (cancelled): a failure. The child's policy: "fail"
+      dead-letters it (FAILED, ``last_error`` :data:`PARENT_FAILED_ERROR` /
+      :data:`PARENT_CANCELLED_ERROR` naming this parent, attempts unchanged, no attempt
+      added to its history; a "done" hint names it); "cancel" deletes it (its own
+      WAITING children then see a cancelled parent); "run" records the parent as failed
+      and treats it as done (released when no parent is left open). A dead letter or
+      cancel of the child applies to its children likewise: the policy propagates.
+
+    A job that has children WAITING is never deleted by ``delete_on`` (``delete_types``
+    of the completion, fail and reaper verbs): it goes to the history as without it.
+    """
 
     # -- producer -------------------------------------------------------------------------
     def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
-        """Insert one job, applying the dedupe rule; with ``connection``, inside it."""
+        """Insert one job, applying the dedupe rule; with ``connection``, inside it.
+
+        Dependencies (``params.depends_on`` not empty; see "Dependencies" below): every
+        parent must exist, live or finished, else ``ValueError("depends_on: job N does not
+        exist")`` and nothing is written (nor is a duplicate looked for). A dedupe key is
+        held by a WAITING job as by a PENDING one: a ``reject`` add of a held key writes
+        nothing (id None, as for any duplicate); a ``replace`` add whose key a WAITING job
+        holds replaces that job's payload, tags and options and keeps it WAITING for its
+        own parents (the new ``depends_on`` is then ignored: ``replaced=True``). A
+        replacing add with parents of a key held by a PENDING job replaces it as ever and
+        ignores ``depends_on`` likewise.
+
+        Dependencies, the rule of both stores. At insert, each parent counts as *done*
+        when SUCCEEDED, *failed* when FAILED, *open* otherwise (WAITING, PENDING, RUNNING).
+        With an open parent the job is WAITING (``run_at`` kept: it is due at
+        ``greatest(run_at, release time)``). With none open and no failed one it is
+        PENDING as without parents. With a failed one (FAILED now), its policy applies
+        at once, open parents or not: "fail" inserts it FAILED (``last_error``
+        :data:`PARENT_FAILED_ERROR` of the lowest failed parent id, attempts 0, no
+        history entry), "cancel" writes nothing of it and returns
+        ``EnqueueResult(id=<its id>, inserted=True)``: the id of a job cancelled at once
+        (``job_get`` returns None), "run" counts the failed parent as done (PENDING
+        unless a parent is open). Every edge is kept (``job_links``) and the parents are
+        marked, so finishing them releases (or fails) it.
+        """
 
     def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
-        """Insert many jobs of one type (COPY on PostgreSQL); returns the count."""
+        """Insert many jobs of one type (COPY on PostgreSQL); returns the count.
+
+        With ``params.depends_on``: each job as :meth:`job_enqueue` would insert it with
+        the same parents (unknown parent: ``ValueError`` before anything is written; the
+        count includes jobs the "cancel" policy dropped at once).
+        """
+
+    def workflow_create(
+        self, params: WorkflowParams, *, connection: Any = None
+    ) -> WorkflowCreated:
+        """Insert a workflow record (``name``, ``created_at`` = the store's now) and every
+        job of it in one transaction (with ``connection``: inside the caller's, never
+        committing), in index order, each as :meth:`job_enqueue` inserts it with parents
+        ``job.depends_on`` plus the jobs at its ``after`` indexes, and linked to the
+        workflow (``job_links(id).workflow_id``). Any failure writes nothing: an unknown
+        ``depends_on`` id raises ``ValueError`` naming it; a job rejected as a duplicate
+        (``on_duplicate="reject"`` and its key held) raises ``ValueError("workflow job N
+        (type T) is a duplicate of a live job")`` where N is its index. A ``replace`` job
+        whose key a live job holds replaces that job, which then belongs to the workflow
+        (and keeps its own parents). An ``after`` index not smaller than the job's own:
+        ``ValueError``. Returns the workflow id and the job ids by index."""
+
+    def workflow_get(self, workflow_id: str) -> WorkflowSummary | None:
+        """A workflow (see :class:`~golemq_pg.WorkflowSummary`), or None when unknown
+        (never created, or pruned). ``status``: "cancelled" once ``workflow_cancel`` ran;
+        else "running" while any of its jobs is WAITING, PENDING or RUNNING; else "failed"
+        when any is FAILED; else "succeeded". ``finished_at``: None while running; else the
+        cancel time, or the newest ``finished_at`` of its jobs (``created_at`` when none is
+        left). ``jobs``: those still existing, by id; ``edges``: every dependency recorded
+        between two jobs of the workflow, as ``(parent id, child id)`` sorted (numerically),
+        including edges whose jobs were since deleted."""
+
+    def workflow_cancel(self, workflow_id: str) -> list[CancelledJob]:
+        """Cancel every live job (WAITING, PENDING, RUNNING) of the workflow, as
+        ``job_cancel`` does (running ones announced to their workers), and mark it
+        cancelled (once: a second call marks nothing new). The dependents of a cancelled
+        job inside the workflow are cancelled with it; those outside it get their policy
+        applied as for any cancelled parent. Returns the jobs deleted; an unknown id
+        returns []."""
+
+    def job_links(self, job_id: str) -> JobLinks:
+        """The job's workflow, parents and children (:class:`JobLinks`); an empty
+        ``JobLinks()`` for a job without any, or an unknown id. One read."""
 
     # -- consumer -------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
@@ -569,10 +721,11 @@ class JobStore(DashboardReads, Protocol):
         """
 
     def job_count_by_status(self) -> dict[JobStatus, int]:
-        """Counts of every status (0 when none)."""
+        """Counts of every status (0 when none), WAITING included."""
 
     def job_stats(self) -> dict[str, int]:
-        """pending (due now), scheduled (future), running, succeeded, failed."""
+        """pending (due now), scheduled (future), running, succeeded, failed, waiting
+        (parents not all finished: neither pending nor scheduled)."""
 
     def job_stats_by_type(self) -> dict[str, dict[str, int]]:
         """``job_stats`` buckets per job type (types with no rows are absent)."""
@@ -581,7 +734,11 @@ class JobStore(DashboardReads, Protocol):
         """Seconds since the oldest due PENDING job became due; None when nothing is due."""
 
     def job_cancel(self, selector: CancelFilter, reason: str | None) -> list[CancelledJob]:
-        """Delete matching jobs; announce running ones to their workers."""
+        """Delete matching jobs; announce running ones to their workers. WAITING jobs
+        match as PENDING ones do (``pending_only`` included). A cancelled parent is a
+        failure for its WAITING children: their policy applies in the same transaction
+        (:meth:`job_enqueue`, "Dependencies"); the children it cancels or fails are not
+        in the returned list."""
 
     def job_retry_failed(self, params: FindParams) -> int:
         """FAILED -> PENDING with attempts reset; ``params.limit=None`` means all."""
@@ -590,7 +747,12 @@ class JobStore(DashboardReads, Protocol):
         self, statuses: Sequence[JobStatus], *, before: datetime | None, age: float | None,
         limit: int | None = None,
     ) -> int:
-        """Delete finished rows older than the cut-off (``before`` or ``age`` seconds)."""
+        """Delete finished rows older than the cut-off (``before`` or ``age`` seconds).
+
+        A finished job with a child still WAITING is kept (the child reads its result).
+        Workflow records whose jobs are all gone (cancelled, pruned, deleted) are removed
+        with the last of them, and so are the dependency edges of jobs that no longer
+        exist."""
 
     def job_payload(self, job_id: str) -> bytes | None:
         """One job's payload as its JSON encoding, or None when the job does not exist."""
@@ -628,7 +790,15 @@ class JobStore(DashboardReads, Protocol):
 
     def job_retry(self, job_id: str) -> bool:
         """One FAILED job -> PENDING due now, attempts 0, last_error cleared, history kept;
-        fenced on ``status = 'failed'``: False and nothing changed otherwise."""
+        fenced on ``status = 'failed'``: False and nothing changed otherwise.
+
+        Dependencies: a job that has parents and failed *because of* a parent (its "fail"
+        policy) goes back to WAITING instead, if no parent of it is FAILED or gone (deleted
+        while it was not SUCCEEDED: cancelled) now, and is released at once when all its
+        parents are SUCCEEDED; with a parent still FAILED (or gone), False, nothing
+        changed. Retrying a job (FAILED -> PENDING) re-arms its dependents: each FAILED
+        child that failed because of it (transitively, down the chain) goes back to
+        WAITING, ``last_error`` cleared, attempts 0, and waits for its parents again."""
 
     def job_run_now(self, job_id: str) -> bool:
         """One PENDING job with a future ``run_at`` -> due now; fenced on that state: False

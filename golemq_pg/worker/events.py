@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from golemq_pg._types import Scope
+from golemq_pg._types import JobSummary, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.errors import JobAborted, QueuePayloadError
+from golemq_pg.store.port import JobLinks
 
 P = TypeVar("P", bound=Mapping[str, Any])
 
@@ -90,10 +91,21 @@ class CancelSignal:
 
 
 class ProgressSink(Protocol):
-    """Where ``JobEvent.progress`` sends a validated value (the worker's progress reporter)."""
+    """Where ``JobEvent.progress`` sends a validated value (the worker's progress reporter),
+    and where the event reads its links (``JobEvent.parents`` / ``workflow_id``)."""
 
     def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
         """Record ``value`` as the progress of ``event``'s job."""
+
+    def links(self, job_id: str) -> JobLinks:
+        """The job's workflow and parents (the store's ``job_links``)."""
+
+
+class LinkReader(Protocol):
+    """What reads a job's links for its event: ``job_links`` of a store."""
+
+    def job_links(self, job_id: str) -> JobLinks:
+        """The job's workflow, parents and children."""
 
 
 class JobEvent(Generic[P]):
@@ -106,10 +118,12 @@ class JobEvent(Generic[P]):
     """
 
     __slots__ = (
+        "_links",
         "_progress_at",
         "_progress_lock",
         "_progress_pending",
         "_progress_scheduled",
+        "_reader",
         "_reporter",
         "_token",
         "attempt",
@@ -154,6 +168,33 @@ class JobEvent(Generic[P]):
         self._progress_pending: float | dict[str, Any] | None = None
         self._progress_at = -math.inf
         self._progress_scheduled = False
+        self._links: JobLinks | None = None
+        self._reader: LinkReader | None = None
+
+    @property
+    def parents(self) -> Mapping[str, JobSummary]:
+        """The jobs this one waited for (``depends_on``, or its nodes' ``after`` in a
+        workflow), by id, each with its ``status`` and ``result``: read from the store on
+        first access (one read, from an ``async def`` handler too: it is brief), then
+        cached. Empty for a job without parents (and for the jobs of a grouped batch)."""
+        return {p.id: p for p in self._read_links().parents}
+
+    @property
+    def workflow_id(self) -> str | None:
+        """The id of the workflow this job belongs to, or None (read as :attr:`parents`)."""
+        return self._read_links().workflow_id
+
+    def _read_links(self) -> JobLinks:
+        links = self._links
+        if links is None:
+            links = JobLinks()
+            reader = self._reader
+            if reader is not None:
+                links = reader.job_links(self.id)
+            elif self._reporter is not None:
+                links = self._reporter.links(self.id)
+            self._links = links
+        return links
 
     def progress(self, value: float | dict[str, Any]) -> None:
         """Record progress (a number, or a JSON-safe dict) visible in ``JobSummary.progress``.
@@ -215,6 +256,8 @@ def claimed_event(job: Any, signal: CancelSignal, reporter: ProgressSink) -> Job
     event._progress_pending = None
     event._progress_at = -math.inf
     event._progress_scheduled = False
+    event._links = None
+    event._reader = None
     return event
 
 
@@ -258,5 +301,6 @@ __all__ = [
     "BatchEvent",
     "CancelSignal",
     "JobEvent",
+    "LinkReader",
     "ProgressSink",
 ]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from golemq_pg.store.port import JobStore, LeaseRef
+from golemq_pg.store.port import JobLinks, JobStore, LeaseRef
 
 if TYPE_CHECKING:
     from golemq_pg.worker.events import JobEvent
@@ -44,6 +44,10 @@ class ProgressReporter:
         self.owner = owner
         self.interval = interval
         self._schedule = schedule
+
+    def links(self, job_id: str) -> JobLinks:
+        """The job's workflow and parents, read through the store (``JobEvent.parents``)."""
+        return self.store.job_links(job_id)
 
     def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
         """Record ``value`` for ``event``; write now or schedule a coalesced write."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from golemq_pg import _trace_hook
+from golemq_pg.store.port import JobLinks
 from golemq_pg.worker.events import BatchEvent, JobEvent
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.units import ABANDONED, RUNNING, Slot, Unit
@@ -64,6 +65,11 @@ class LoopProgress:
         self.event_loop = event_loop
         #: Events that reported progress during their attempt (identity-keyed).
         self.reported: set[JobEvent[Any]] = set()
+
+    def links(self, job_id: str) -> JobLinks:
+        """The job's links (``job.parents``), read through the reporter's store: one brief
+        read on the loop, once per event."""
+        return self.reporter.links(job_id)
 
     def report(self, event: JobEvent[Any], value: float | dict[str, Any]) -> None:
         """Hand ``value`` over (called on the loop by ``job.progress``)."""

@@ -389,6 +389,8 @@ class TransactionalPool:
             max_attempts=job.max_attempts, scope=job.scope, signal=unit.signal,
             priority=job.priority, enqueued_at=job.enqueued_at, connection=conn,
         )
+        # job.parents / job.workflow_id read on the claim's own transaction
+        event._reader = store.with_connection(conn)
         tracer = _trace_hook.tracer  # golemq_pg.tracing: the attempt's CONSUMER span
         span = None if tracer is None else tracer.attempt(unit.jobs, job.attempt)
         failure = self._call_handler(unit, event, conn)

@@ -28,28 +28,29 @@ j.id, j.type, j.scope_type, j.scope_id, j.status, j.lease_owner, j.attempts
 
 
 -- name: job_cancel_ids
--- Cancellation deletes live (pending or running) rows; finished rows are history and stay.
+-- Cancellation deletes live (pending, running or waiting) rows; finished rows are history
+-- and stay. A cancelled parent's waiting children get their policy (0016's trigger).
 -- The caller then NOTIFYs the ids of deleted RUNNING rows in the same transaction.
 DELETE FROM {schema}.jobs j
  WHERE j.id = ANY(%(ids)s::bigint[])
-   AND j.status IN ('pending', 'running')
-   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+   AND j.status IN ('pending', 'running', 'waiting')
+   AND (NOT %(pending_only)s::boolean OR j.status IN ('pending', 'waiting'))
 RETURNING {fragment_cancelled_columns}
 
 
 -- name: job_cancel_scope
 DELETE FROM {schema}.jobs j
  WHERE j.scope_type = %(scope_type)s::text AND j.scope_id = %(scope_id)s::text
-   AND j.status IN ('pending', 'running')
-   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+   AND j.status IN ('pending', 'running', 'waiting')
+   AND (NOT %(pending_only)s::boolean OR j.status IN ('pending', 'waiting'))
 RETURNING {fragment_cancelled_columns}
 
 
 -- name: job_cancel_keys
 DELETE FROM {schema}.jobs j
  WHERE j.type = %(type)s::text AND j.dedupe_key = ANY(%(keys)s::text[])
-   AND j.status IN ('pending', 'running')
-   AND (NOT %(pending_only)s::boolean OR j.status = 'pending')
+   AND j.status IN ('pending', 'running', 'waiting')
+   AND (NOT %(pending_only)s::boolean OR j.status IN ('pending', 'waiting'))
 RETURNING {fragment_cancelled_columns}
 
 
@@ -74,7 +75,7 @@ WITH live AS (
     SELECT j.id
       FROM {schema}.jobs j
      WHERE j.id = ANY(%(ids)s::bigint[])
-       AND j.status IN ('pending', 'running')
+       AND j.status IN ('pending', 'running', 'waiting')
 ){fragment_locked_of_live}
 
 
@@ -83,7 +84,7 @@ WITH live AS (
     SELECT j.id
       FROM {schema}.jobs j
      WHERE j.scope_type = %(scope_type)s::text AND j.scope_id = %(scope_id)s::text
-       AND j.status IN ('pending', 'running')
+       AND j.status IN ('pending', 'running', 'waiting')
 ){fragment_locked_of_live}
 
 
@@ -92,7 +93,7 @@ WITH live AS (
     SELECT j.id
       FROM {schema}.jobs j
      WHERE j.type = %(type)s::text AND j.dedupe_key = ANY(%(keys)s::text[])
-       AND j.status IN ('pending', 'running')
+       AND j.status IN ('pending', 'running', 'waiting')
 ){fragment_locked_of_live}
 
 
@@ -101,7 +102,7 @@ DELETE FROM {schema}.jobs j
  WHERE j.id IN (SELECT d.id
                   FROM {schema}.jobs d
                  WHERE d.id = ANY(%(ids)s::bigint[])
-                   AND d.status = 'pending'
+                   AND d.status IN ('pending', 'waiting')
                    FOR UPDATE SKIP LOCKED)
 RETURNING {fragment_cancelled_columns}
 
@@ -111,7 +112,7 @@ DELETE FROM {schema}.jobs j
  WHERE j.id IN (SELECT d.id
                   FROM {schema}.jobs d
                  WHERE d.scope_type = %(scope_type)s::text AND d.scope_id = %(scope_id)s::text
-                   AND d.status = 'pending'
+                   AND d.status IN ('pending', 'waiting')
                    FOR UPDATE SKIP LOCKED)
 RETURNING {fragment_cancelled_columns}
 
@@ -121,6 +122,6 @@ DELETE FROM {schema}.jobs j
  WHERE j.id IN (SELECT d.id
                   FROM {schema}.jobs d
                  WHERE d.type = %(type)s::text AND d.dedupe_key = ANY(%(keys)s::text[])
-                   AND d.status = 'pending'
+                   AND d.status IN ('pending', 'waiting')
                    FOR UPDATE SKIP LOCKED)
 RETURNING {fragment_cancelled_columns}

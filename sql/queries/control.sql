@@ -32,8 +32,11 @@ SELECT p.type, p.paused_at, p.reason FROM {schema}.paused_types p ORDER BY p.typ
 -- One dead letter back to PENDING, due now, attempts reset, last_error cleared (the attempt
 -- history in "errors" is kept): revive_dead_letters (0008). A keyed one stays FAILED while a
 -- PENDING job holds its key (that job supersedes it; the pending-only unique index allows one).
+-- retry_job (0016) also re-arms the job's dependents that failed because of it, and refuses
+-- (returns nothing) a job whose parent is FAILED now or was cancelled.
 SELECT r.id, pg_notify({schema}.channel_name('jobs'), json_build_array(r.type)::text)::text
-  FROM {schema}.revive_dead_letters(ARRAY[%(id)s::bigint]) r
+  FROM {schema}.retry_job(%(id)s::bigint) r
+ WHERE r.id = %(id)s::bigint
 
 
 -- name: job_run_now

@@ -33,7 +33,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(
 
 -- name: job_enqueue_reject
 -- on_duplicate="reject": nothing is inserted while a job with this (type, dedupe_key) is
--- PENDING or RUNNING.
+-- PENDING, RUNNING or WAITING (a job waiting for its parents holds its key: 0016).
 --  * The holder is read with FOR KEY SHARE. A claim of a pending holder takes FOR UPDATE
 --    (with SKIP LOCKED) and updates it; if one is in flight, this statement waits for it and
 --    then re-reads the holder's latest version, now running, so it still rejects. Without the
@@ -57,7 +57,7 @@ SELECT %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::t
  WHERE NOT EXISTS (
         SELECT 1 FROM {schema}.jobs r
          WHERE r.type = %(type)s::text AND r.dedupe_key = %(dedupe_key)s::text
-           AND (r.status = 'pending' OR r.status = 'running')
+           AND (r.status = 'pending' OR r.status = 'running' OR r.status = 'waiting')
            FOR KEY SHARE OF r)
 ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL DO NOTHING
 RETURNING id
@@ -75,22 +75,45 @@ RETURNING id
 -- A grouped type's replace (grouped: the add named a JobType(grouped=True)) also moves the
 -- job to the end of its group: a grouped batch is in arrival order, (created_at, id), and the
 -- replacing add is the job's new arrival (its id, run_at and claim place are kept).
-INSERT INTO {schema}.jobs AS j (type, payload, scope_type, scope_id, run_at, max_attempts,
-                                priority, dedupe_key, tags, trace_context)
-VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
-        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[],
-        %(trace_context)s::jsonb)
-ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL
-DO UPDATE SET payload       = EXCLUDED.payload,
-              scope_type    = EXCLUDED.scope_type,
-              scope_id      = EXCLUDED.scope_id,
-              priority      = EXCLUDED.priority,
-              tags          = EXCLUDED.tags,
-              trace_context = EXCLUDED.trace_context,
-              created_at    = CASE WHEN %(grouped)s::boolean THEN now() ELSE j.created_at END,
-              updated_at    = now()
-RETURNING j.id, (j.xmax = 0) AS inserted
+-- A WAITING holder (0016: a job waiting for its parents holds its key) is replaced in place
+-- the same way, and stays WAITING (first CTE); the upsert then inserts nothing.
+WITH held AS (
+    UPDATE {schema}.jobs w
+       SET payload       = %(payload)s::jsonb,
+           scope_type    = %(scope_type)s::text,
+           scope_id      = %(scope_id)s::text,
+           priority      = %(priority)s::int,
+           tags          = %(tags)s::text[],
+           trace_context = %(trace_context)s::jsonb,
+           created_at    = CASE WHEN %(grouped)s::boolean THEN now() ELSE w.created_at END,
+           updated_at    = now()
+     WHERE w.type = %(type)s::text AND w.dedupe_key = %(dedupe_key)s::text
+       AND w.status = 'waiting'
+    RETURNING w.id
+),
+upserted AS (
+    INSERT INTO {schema}.jobs AS j (type, payload, scope_type, scope_id, run_at, max_attempts,
+                                    priority, dedupe_key, tags, trace_context)
+    SELECT %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+           coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+           %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[],
+           %(trace_context)s::jsonb
+     WHERE NOT EXISTS (SELECT 1 FROM held)
+    ON CONFLICT (type, dedupe_key) WHERE status = 'pending' AND dedupe_key IS NOT NULL
+    DO UPDATE SET payload       = EXCLUDED.payload,
+                  scope_type    = EXCLUDED.scope_type,
+                  scope_id      = EXCLUDED.scope_id,
+                  priority      = EXCLUDED.priority,
+                  tags          = EXCLUDED.tags,
+                  trace_context = EXCLUDED.trace_context,
+                  created_at    = CASE WHEN %(grouped)s::boolean THEN now()
+                                       ELSE j.created_at END,
+                  updated_at    = now()
+    RETURNING j.id, (j.xmax = 0) AS inserted
+)
+SELECT h.id, false FROM held h
+UNION ALL
+SELECT u.id, u.inserted FROM upserted u
 
 
 -- name: job_due_at
@@ -236,6 +259,8 @@ SELECT c.status, sum(c.n)::bigint
         SELECT j.status, count(*) FROM {schema}.jobs j
          WHERE j.status IN ('succeeded', 'failed') GROUP BY j.status
         UNION ALL
+        SELECT 'waiting', count(*) FROM {schema}.jobs j WHERE j.status = 'waiting'
+        UNION ALL
         SELECT t.status, t.n FROM {schema}.history_totals t) c
  GROUP BY c.status
 
@@ -245,11 +270,13 @@ SELECT c.status, sum(c.n)::bigint
 -- (scheduled, which includes retry backoff). Live rows are counted in `jobs`, finished ones
 -- (and an older release's finished rows not moved yet) added from the maintained counts.
 -- A running row without started_at (claimed, its handler not started: 0015) is pending.
+-- WAITING rows (parents not all finished, 0016) are their own bucket.
 SELECT p.pending + r.unstarted, p.scheduled, r.running,
        f.succeeded + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
                                 WHERE t.status = 'succeeded'), 0) AS succeeded,
        f.failed + coalesce((SELECT sum(t.n) FROM {schema}.history_totals t
-                             WHERE t.status = 'failed'), 0) AS failed
+                             WHERE t.status = 'failed'), 0) AS failed,
+       (SELECT count(*) FROM {schema}.jobs w WHERE w.status = 'waiting') AS waiting
   FROM (SELECT count(*) FILTER (WHERE j.run_at <= now()) AS pending,
                count(*) FILTER (WHERE j.run_at > now()) AS scheduled
           FROM {schema}.jobs j WHERE j.status = 'pending') p,
@@ -265,28 +292,32 @@ SELECT p.pending + r.unstarted, p.scheduled, r.running,
 -- The same buckets as job_stats, per type: the live rows of `jobs` and the history's
 -- maintained counts.
 SELECT c.type, sum(c.pending)::bigint, sum(c.scheduled)::bigint, sum(c.running)::bigint,
-       sum(c.succeeded)::bigint, sum(c.failed)::bigint
+       sum(c.succeeded)::bigint, sum(c.failed)::bigint, sum(c.waiting)::bigint
   FROM (SELECT j.type,
                count(*) FILTER (WHERE j.run_at <= now()) AS pending,
                count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
-               0 AS running, 0 AS succeeded, 0 AS failed
+               0 AS running, 0 AS succeeded, 0 AS failed, 0 AS waiting
           FROM {schema}.jobs j WHERE j.status = 'pending'
          GROUP BY j.type
         UNION ALL
         SELECT j.type, count(*) FILTER (WHERE j.started_at IS NULL), 0,
-               count(*) FILTER (WHERE j.started_at IS NOT NULL), 0, 0
+               count(*) FILTER (WHERE j.started_at IS NOT NULL), 0, 0, 0
           FROM {schema}.jobs j WHERE j.status = 'running'
          GROUP BY j.type
         UNION ALL
         SELECT j.type, 0, 0, 0,
                count(*) FILTER (WHERE j.status = 'succeeded'),
-               count(*) FILTER (WHERE j.status = 'failed')
+               count(*) FILTER (WHERE j.status = 'failed'), 0
           FROM {schema}.jobs j WHERE j.status IN ('succeeded', 'failed')
+         GROUP BY j.type
+        UNION ALL
+        SELECT j.type, 0, 0, 0, 0, 0, count(*)
+          FROM {schema}.jobs j WHERE j.status = 'waiting'
          GROUP BY j.type
         UNION ALL
         SELECT t.type, 0, 0, 0,
                CASE WHEN t.status = 'succeeded' THEN t.n ELSE 0 END,
-               CASE WHEN t.status = 'failed' THEN t.n ELSE 0 END
+               CASE WHEN t.status = 'failed' THEN t.n ELSE 0 END, 0
           FROM {schema}.history_totals t) c
  GROUP BY c.type
 
@@ -319,7 +350,7 @@ WITH picked AS (
      LIMIT %(limit)s::bigint OFFSET %(skip)s::bigint
 )
 SELECT r.id, r.type
-  FROM {schema}.revive_dead_letters(ARRAY(SELECT p.id FROM picked p)) r
+  FROM {schema}.revive_and_rearm(ARRAY(SELECT p.id FROM picked p)) r
 
 
 -- name: job_prune

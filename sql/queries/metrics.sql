@@ -4,8 +4,8 @@
 
 
 -- name: metrics_type_gauges
--- One row per job type: due and scheduled PENDING counts and the RUNNING count (each exact
--- up to %(cap)s, else %(cap)s), the exact FAILED count, the oldest due job's age, whether
+-- One row per job type: due and scheduled PENDING counts, the RUNNING and WAITING counts
+-- (each exact up to %(cap)s, else %(cap)s), the exact FAILED count, the oldest due job's age, whether
 -- the type is paused.
 --  * pairs: the distinct (type, priority) of the backlog, by a loose index scan of
 --    jobs_claim_idx (type, priority DESC, run_at, id): one descent per pair, however long
@@ -98,6 +98,25 @@ running AS (
      WHERE j.status = 'running'
      GROUP BY j.type
 ),
+waiting_types(type) AS (
+    -- the types of WAITING jobs (0016), one descent of jobs_waiting_idx each
+    (SELECT j.type FROM {schema}.jobs j WHERE j.status = 'waiting' ORDER BY j.type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.type FROM {schema}.jobs j
+             WHERE j.status = 'waiting' AND j.type > wt.type
+             ORDER BY j.type LIMIT 1)
+      FROM waiting_types wt
+     WHERE wt.type IS NOT NULL
+),
+waiting AS (
+    SELECT wt.type,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM {schema}.jobs j
+                 WHERE j.status = 'waiting' AND j.type = wt.type
+                 LIMIT %(cap)s::int) w)::bigint AS waiting
+      FROM waiting_types wt
+     WHERE wt.type IS NOT NULL
+),
 served(type) AS (
     -- the handler types of workers whose heartbeat is fresh (worker_list's "lost" rule)
     SELECT DISTINCT h.type
@@ -110,6 +129,7 @@ types(type) AS (
     SELECT b.type FROM backlog b
     UNION SELECT f.type FROM failed f
     UNION SELECT r.type FROM running r
+    UNION SELECT w.type FROM waiting w
     UNION SELECT pt.type FROM {schema}.paused_types pt
     UNION SELECT s.type FROM served s
 )
@@ -118,9 +138,11 @@ SELECT t.type,
        coalesce(b.scheduled, 0), coalesce(r.running, 0),
        coalesce(f.failed, 0),
        extract(epoch FROM now() - b.oldest_due)::float8,
-       EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = t.type)
+       EXISTS (SELECT 1 FROM {schema}.paused_types pt WHERE pt.type = t.type),
+       coalesce(w.waiting, 0)
   FROM types t
   LEFT JOIN backlog b ON b.type = t.type
   LEFT JOIN failed f ON f.type = t.type
   LEFT JOIN running r ON r.type = t.type
+  LEFT JOIN waiting w ON w.type = t.type
  ORDER BY t.type

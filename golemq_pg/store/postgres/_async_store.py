@@ -27,9 +27,16 @@ from psycopg_pool import AsyncConnectionPool
 
 from golemq_pg._types import JobSummary
 from golemq_pg._validation import check_schema
-from golemq_pg.store.port import EnqueueManyParams, EnqueueParams, EnqueueResult
+from golemq_pg.store.port import (
+    EnqueueManyParams,
+    EnqueueParams,
+    EnqueueResult,
+    WorkflowCreated,
+    WorkflowParams,
+)
 from golemq_pg.store.postgres import _cancel, _control, _dashboard, _metrics, _registry, _schedules
 from golemq_pg.store.postgres import _producer as producer
+from golemq_pg.store.postgres import _workflows as workflows
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
     Bindable,
@@ -230,7 +237,8 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         """Insert one job, applying the dedupe rule; with ``connection``, inside the caller's
         transaction."""
         store = self if connection is None else self._bind(connection)
-        return await store._run(producer.job_enqueue(self._shared.ctx, params))
+        plan = workflows.job_enqueue_linked if params.depends_on else producer.job_enqueue
+        return await store._run(plan(self._shared.ctx, params))
 
     async def job_enqueue_many(
         self,
@@ -240,8 +248,24 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
     ) -> int:
         """Insert many jobs of one type with one COPY; returns the count."""
         store = self if connection is None else self._bind(connection)
+        if params.depends_on:
+            return await store._run(workflows.job_enqueue_many_linked(self._shared.ctx, params))
         return await store._run(producer.job_enqueue_many(self._shared.ctx, params))
 
+    async def workflow_create(
+        self,
+        params: WorkflowParams,
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> WorkflowCreated:
+        """A workflow and every job of it in one transaction (with ``connection``: inside
+        the caller's); see the port."""
+        store = self if connection is None else self._bind(connection)
+        return await store._run(workflows.workflow_create(self._shared.ctx, params))
+
+    workflow_get = async_verb(workflows.workflow_get)
+    workflow_cancel = async_verb(workflows.workflow_cancel)
+    job_links = async_verb(workflows.job_links)
     job_get = async_verb(producer.job_get)
     job_find = async_verb(producer.job_find)
     job_payload = async_verb(producer.job_payload)

@@ -24,9 +24,9 @@ def metrics_type_gauges(ctx: PlanContext, cap: int) -> Plan[list[TypeGauges]]:
             type=str(name), pending=int(pending), scheduled=int(scheduled),
             running=int(running), failed=int(failed),
             oldest_due_age=None if age is None else max(float(age), 0.0),
-            paused=bool(paused),
+            paused=bool(paused), waiting=int(waiting),
         )
-        for name, pending, scheduled, running, failed, age, paused in found
+        for name, pending, scheduled, running, failed, age, paused, waiting in found
     ]
 
 

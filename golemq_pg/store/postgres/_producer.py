@@ -24,13 +24,16 @@ from golemq_pg.store.postgres._plans import (
     channels,
 )
 
-_STATS_KEYS = ("pending", "scheduled", "running", "succeeded", "failed")
+#: Most node rows and edges of jobs gone one prune removes (the rest: the next prune).
+_GRAPH_PRUNE_BATCH = 10_000
+
+_STATS_KEYS = ("pending", "scheduled", "running", "succeeded", "failed", "waiting")
 
 
-def job_enqueue(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
-    """Insert one job, applying the dedupe rule."""
+def enqueue_args(params: EnqueueParams) -> dict[str, Any]:
+    """The parameters every insert of one job takes (jobs.sql, workflows.sql)."""
     scope = params.scope
-    args: dict[str, Any] = {
+    return {
         "type": params.type,
         "payload": rows.jsonb(params.payload),
         "scope_type": None if scope is None else scope[0],
@@ -42,6 +45,11 @@ def job_enqueue(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
         "tags": None if params.tags is None else list(params.tags),
         "trace_context": rows.trace_jsonb(params.trace_context),
     }
+
+
+def job_enqueue(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
+    """Insert one job, applying the dedupe rule (a job with parents: ``_workflows``)."""
+    args = enqueue_args(params)
     q = ctx.queries
     if params.dedupe_key is None:
         found = yield Rows(q["job_enqueue"], args)
@@ -50,15 +58,15 @@ def job_enqueue(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
     args["key_lock_prefix"] = ctx.schema + ":dedupe:"
     if params.on_duplicate == "replace":
         args["grouped"] = params.grouped
-        job_id, inserted = (yield Atomic(_keyed(ctx, "job_enqueue_replace", args)))[0]
+        job_id, inserted = (yield Atomic(keyed(ctx, "job_enqueue_replace", args)))[0]
         return EnqueueResult(id=str(job_id), inserted=inserted, replaced=not inserted)
-    found = yield Atomic(_keyed(ctx, "job_enqueue_reject", args))
+    found = yield Atomic(keyed(ctx, "job_enqueue_reject", args))
     if not found:
         return EnqueueResult(id=None, inserted=False)
     return EnqueueResult(id=str(found[0][0]), inserted=True)
 
 
-def _keyed(ctx: PlanContext, name: str, args: dict[str, Any]) -> Plan[list[tuple[Any, ...]]]:
+def keyed(ctx: PlanContext, name: str, args: dict[str, Any]) -> Plan[list[tuple[Any, ...]]]:
     """A keyed add: the (type, dedupe_key) advisory lock, then statement ``name``, in one
     transaction: ours, or the caller's, which then holds the lock to its commit (as the
     unique index would hold a second add of the key)."""
@@ -204,7 +212,13 @@ def job_prune(
         count, dropped = (yield Rows(ctx.queries["job_prune"], args, prepare=False))[0]
         removed += max(int(count), 0)
         if not dropped:
-            return removed
+            break
+    # The dependency graph of jobs gone (0016): node rows, finished workflows' records, then
+    # edges; bounded per call, the rest on the next prune.
+    graph = {"before": before, "age": args["age"], "limit": limit or _GRAPH_PRUNE_BATCH}
+    yield Rows(ctx.queries["job_nodes_prune"], graph, prepare=False)
+    yield Count(ctx.queries["job_deps_prune"], graph)
+    return removed
 
 
 def now(ctx: PlanContext) -> Plan[datetime]:

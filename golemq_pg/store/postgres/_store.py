@@ -44,9 +44,12 @@ from golemq_pg.store.port import (
     Reclaimed,
     ResultRef,
     RetryItem,
+    WorkflowCreated,
+    WorkflowParams,
 )
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _rows as rows
+from golemq_pg.store.postgres import _workflows as workflows
 from golemq_pg.store.postgres._cancel import CancelVerbs
 from golemq_pg.store.postgres._connections import (
     ConnectionOptions,
@@ -205,12 +208,26 @@ class PostgresStore(
     def job_enqueue(self, params: EnqueueParams, *, connection: Any = None) -> EnqueueResult:
         """Insert one job, applying the dedupe rule; with ``connection``, inside it."""
         store = self if connection is None else self.with_connection(connection)
-        return store._run(producer.job_enqueue(self._shared.ctx, params))
+        plan = workflows.job_enqueue_linked if params.depends_on else producer.job_enqueue
+        return store._run(plan(self._shared.ctx, params))
 
     def job_enqueue_many(self, params: EnqueueManyParams, *, connection: Any = None) -> int:
         """Insert many jobs of one type with one COPY; returns the count."""
         store = self if connection is None else self.with_connection(connection)
+        if params.depends_on:
+            return store._run(workflows.job_enqueue_many_linked(self._shared.ctx, params))
         return store._run(producer.job_enqueue_many(self._shared.ctx, params))
+
+    def workflow_create(
+        self, params: WorkflowParams, *, connection: Any = None
+    ) -> WorkflowCreated:
+        """A workflow and every job of it in one transaction (see the port)."""
+        store = self if connection is None else self.with_connection(connection)
+        return store._run(workflows.workflow_create(self._shared.ctx, params))
+
+    workflow_get = sync_verb(workflows.workflow_get)
+    workflow_cancel = sync_verb(workflows.workflow_cancel)
+    job_links = sync_verb(workflows.job_links)
 
     # -- consumer ----------------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:

@@ -1,0 +1,262 @@
+"""The dependency and workflow verbs of the PostgreSQL stores, as plans (see ``_plans``):
+enqueueing with parents, ``workflow_create``, ``workflow_get``, ``workflow_cancel`` and
+``job_links`` (statements in ``sql/queries/workflows.sql``). The release of children is not
+here: migration 0016's row trigger on ``jobs`` does it in the transaction that finishes a
+parent, whichever verb finishes it.
+
+A job with parents is inserted WAITING and linked by ``link_jobs()`` (0016), which marks and
+locks its live parents, records the edges and judges it at once, in the add's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from golemq_pg._types import JobStatus, JobSummary, WorkflowStatus, WorkflowSummary
+from golemq_pg.store.port import (
+    CancelFilter,
+    CancelledJob,
+    EnqueueManyParams,
+    EnqueueParams,
+    EnqueueResult,
+    JobLinks,
+    WorkflowCreated,
+    WorkflowParams,
+)
+from golemq_pg.store.postgres import _cancel
+from golemq_pg.store.postgres import _rows as rows
+from golemq_pg.store.postgres._plans import (
+    IN_TRANSACTION,
+    OWNED,
+    Atomic,
+    Count,
+    Plan,
+    PlanContext,
+    Rows,
+)
+from golemq_pg.store.postgres._producer import enqueue_args
+
+#: The statuses of a job still to run.
+_LIVE = frozenset({JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING})
+
+
+def _parent_ids(depends_on: Sequence[str]) -> list[int]:
+    ids: list[int] = []
+    for item in depends_on:
+        number = rows.int_id(item)
+        if number is None:
+            raise ValueError(f"depends_on: job {item} does not exist")
+        ids.append(number)
+    return ids
+
+
+def _check_parents(ctx: PlanContext, parents: list[int]) -> Plan[None]:
+    """``ValueError`` naming the first parent that is no job, before any write."""
+    if not parents:
+        return
+    missing = yield Rows(ctx.queries["job_parents_missing"], {"ids": parents})
+    if missing:
+        raise ValueError(f"depends_on: job {missing[0][0]} does not exist")
+
+
+def job_enqueue_linked(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
+    """``job_enqueue`` of a job with ``depends_on`` (see the port): the parents checked,
+    then the insert and the link in one transaction."""
+    parents = _parent_ids(params.depends_on)
+    yield from _check_parents(ctx, parents)
+    result: EnqueueResult = yield Atomic(_insert_linked(ctx, params, parents, None))
+    return result
+
+
+def _insert_linked(
+    ctx: PlanContext, params: EnqueueParams, parents: list[int], workflow: int | None
+) -> Plan[EnqueueResult]:
+    """One job inserted WAITING (the dedupe rule applied, WAITING holders included) and
+    linked; a replaced holder keeps its own parents (and joins ``workflow``)."""
+    q = ctx.queries
+    args = enqueue_args(params)
+    args["dedupe_key"] = params.dedupe_key
+    if params.dedupe_key is None:
+        found = yield Rows(q["job_insert_waiting"], args)
+    else:
+        args["key_lock_prefix"] = ctx.schema + ":dedupe:"
+        yield Rows(q["job_enqueue_key_lock"], args)
+        if params.on_duplicate == "replace":
+            args["grouped"] = params.grouped
+            held = yield Rows(q["job_replace_held"], args)
+            if held:
+                if workflow is not None:
+                    yield Rows(q["job_link"], {"children": [held[0][0]], "parents": [],
+                                               "policy": params.on_parent_failure,
+                                               "workflow": workflow})
+                return EnqueueResult(id=str(held[0][0]), inserted=False, replaced=True)
+            found = yield Rows(q["job_insert_waiting"], args)
+        else:
+            found = yield Rows(q["job_insert_waiting_reject"], args)
+            if not found:
+                return EnqueueResult(id=None, inserted=False)
+    job_id = found[0][0]
+    yield from _link(ctx, [job_id], parents, params.on_parent_failure, workflow)
+    return EnqueueResult(id=str(job_id), inserted=True)
+
+
+def _link(
+    ctx: PlanContext, children: list[int], parents: list[int], policy: str,
+    workflow: int | None,
+) -> Plan[None]:
+    args = {"children": children, "parents": parents, "policy": policy, "workflow": workflow}
+    try:
+        yield Rows(ctx.queries["job_link"], args)
+    except pg_errors.ForeignKeyViolation as exc:  # a parent pruned since the check
+        raise ValueError(str(exc.diag.message_primary or "depends_on: unknown job")) from None
+
+
+def job_enqueue_many_linked(ctx: PlanContext, params: EnqueueManyParams) -> Plan[int]:
+    """``job_enqueue_many`` of jobs with ``depends_on`` (see the port): one INSERT of every
+    job WAITING and one link, in one transaction."""
+    if not params.payloads:
+        return 0
+    parents = _parent_ids(params.depends_on)
+    yield from _check_parents(ctx, parents)
+    scope = params.scope
+    args: dict[str, Any] = {
+        "type": params.type,
+        "payloads": [p.decode("utf-8") for p in params.payloads],
+        "scope_type": None if scope is None else scope[0],
+        "scope_id": None if scope is None else scope[1],
+        "run_at": params.run_at,
+        "delay": float(params.delay),
+        "max_attempts": params.max_attempts,
+        "priority": params.priority,
+        "tags": None if params.tags is None else list(params.tags),
+        "trace_context": rows.trace_jsonb(params.trace_context),
+    }
+    count: int = yield Atomic(_insert_many(ctx, args, parents, params.on_parent_failure))
+    return count
+
+
+def _insert_many(
+    ctx: PlanContext, args: dict[str, Any], parents: list[int], policy: str
+) -> Plan[int]:
+    found = yield Rows(ctx.queries["job_insert_waiting_many"], args)
+    ids = [row[0] for row in found]
+    yield from _link(ctx, ids, parents, policy, None)
+    return len(ids)
+
+
+def workflow_create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
+    """A workflow and its jobs, in one transaction (see the port). In a caller's open
+    transaction the writes are made under a savepoint, so a failure leaves none of them."""
+    jobs = list(params.jobs)
+    if not jobs:
+        raise ValueError("the workflow has no jobs")
+    external: list[int] = []
+    for index, job in enumerate(jobs):
+        if any(not 0 <= a < index for a in job.after):
+            raise ValueError(f"workflow job {index}: after must name earlier jobs")
+        external += _parent_ids(job.job.depends_on)
+    yield from _check_parents(ctx, sorted(set(external)))
+    savepoint = bool((yield IN_TRANSACTION)) and not (yield OWNED)
+    if not savepoint:
+        created: WorkflowCreated = yield Atomic(_create(ctx, params))
+        return created
+    q = ctx.queries
+    yield Count(q["workflow_savepoint"])
+    try:
+        created = yield Atomic(_create(ctx, params))
+    except BaseException:
+        yield Count(q["workflow_savepoint_rollback"])
+        raise
+    yield Count(q["workflow_savepoint_release"])
+    return created
+
+
+def _create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
+    workflow = (yield Rows(ctx.queries["workflow_insert"], {"name": params.name}))[0][0]
+    ids: list[int] = []
+    for index, job in enumerate(params.jobs):
+        parents = [ids[a] for a in job.after] + _parent_ids(job.job.depends_on)
+        result = yield from _insert_linked(ctx, job.job, list(dict.fromkeys(parents)), workflow)
+        if result.id is None:
+            raise ValueError(
+                f"workflow job {index} (type {job.job.type}) is a duplicate of a live job")
+        ids.append(int(result.id))
+    return WorkflowCreated(id=str(workflow), job_ids=tuple(str(i) for i in ids))
+
+
+def workflow_get(ctx: PlanContext, workflow_id: str) -> Plan[WorkflowSummary | None]:
+    """One workflow, or None (see the port): one statement."""
+    number = rows.int_id(workflow_id)
+    if number is None:
+        return None
+    found = yield Rows(ctx.queries["workflow_get"], {"id": number})
+    if not found:
+        return None
+    _, name, created_at, cancelled_at = found[0][:4]
+    jobs: list[JobSummary] = []
+    edges: list[tuple[int, int]] = []
+    for row in found:
+        kind = row[4]
+        if kind == "job":
+            jobs.append(rows.summary(row[7:]))
+        elif kind == "edge":
+            edges.append((int(row[5]), int(row[6])))
+    jobs.sort(key=lambda j: int(j.id))
+    status, finished_at = _workflow_state(jobs, created_at, cancelled_at)
+    return WorkflowSummary(
+        id=str(number), name=str(name), status=status, created_at=created_at,
+        finished_at=finished_at, jobs=jobs,
+        edges=[(str(p), str(c)) for p, c in sorted(edges)],
+    )
+
+
+def _workflow_state(
+    jobs: list[JobSummary], created_at: datetime, cancelled_at: datetime | None
+) -> tuple[WorkflowStatus, datetime | None]:
+    if cancelled_at is not None:
+        return "cancelled", cancelled_at
+    if any(j.status in _LIVE for j in jobs):
+        return "running", None
+    finished = [j.finished_at for j in jobs if j.finished_at is not None]
+    end = max(finished) if finished else created_at
+    if any(j.status is JobStatus.FAILED for j in jobs):
+        return "failed", end
+    return "succeeded", end
+
+
+def workflow_cancel(ctx: PlanContext, workflow_id: str) -> Plan[list[CancelledJob]]:
+    """Cancel a workflow's live jobs as ``job_cancel`` does, then mark it cancelled when
+    any was (see the port)."""
+    number = rows.int_id(workflow_id)
+    if number is None:
+        return []
+    live = yield Rows(ctx.queries["workflow_members_live"], {"id": number})
+    if not live:
+        return []
+    selector = CancelFilter(job_ids=[str(row[0]) for row in live])
+    cancelled: list[CancelledJob] = yield from _cancel.job_cancel(
+        ctx, selector, "workflow cancelled")
+    if cancelled:
+        yield Rows(ctx.queries["workflow_mark_cancelled"], {"id": number})
+    return cancelled
+
+
+def job_links(ctx: PlanContext, job_id: str) -> Plan[JobLinks]:
+    """A job's workflow, parents and children (see the port): one statement."""
+    number = rows.int_id(job_id)
+    if number is None:
+        return JobLinks()
+    found = yield Rows(ctx.queries["job_links"], {"id": number})
+    if not found:
+        return JobLinks()
+    workflow, children = found[0][0], found[0][1]
+    parents = tuple(rows.summary(row[2:]) for row in found if row[2] is not None)
+    return JobLinks(
+        workflow_id=None if workflow is None else str(workflow),
+        parents=parents,
+        children=tuple(str(c) for c in children or ()),
+    )

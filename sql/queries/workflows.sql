@@ -1,0 +1,207 @@
+-- Dependencies and workflows: enqueueing with parents, workflow_create / workflow_get /
+-- workflow_cancel, job_links. The release of children is not here: migration 0016's
+-- trigger on jobs does it in the transaction that finishes a parent (its header says how).
+--
+-- A job with parents is inserted WAITING, then link_jobs() (0016) records its edges, marks
+-- and locks its live parents and judges it at once (pending, waiting, failed or cancelled),
+-- all in the add's transaction.
+
+
+-- name: job_parents_missing
+-- The ids among the parents that name no job, live or finished: checked before any write,
+-- so an add naming one writes nothing (link_jobs checks again under its locks).
+SELECT p.id
+  FROM unnest(%(ids)s::bigint[]) AS p(id)
+ WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = p.id)
+ ORDER BY p.id
+
+
+-- name: job_insert_waiting
+-- One WAITING job (no dedupe check: an unkeyed add, or a keyed one after job_replace_held
+-- found no holder to replace). The insert trigger announces nothing for it (0016).
+INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
+                           dedupe_key, tags, trace_context, status)
+VALUES (%(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[],
+        %(trace_context)s::jsonb, 'waiting')
+RETURNING id
+
+
+-- name: job_insert_waiting_reject
+-- on_duplicate="reject" with parents: as job_enqueue_reject (jobs.sql), the holder read
+-- FOR KEY SHARE, WAITING holders included; the waiting unique index arbitrates.
+INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
+                           dedupe_key, tags, trace_context, status)
+SELECT %(type)s::text, %(payload)s::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+       coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+       %(max_attempts)s::int, %(priority)s::int, %(dedupe_key)s::text, %(tags)s::text[],
+       %(trace_context)s::jsonb, 'waiting'
+ WHERE NOT EXISTS (
+        SELECT 1 FROM {schema}.jobs r
+         WHERE r.type = %(type)s::text AND r.dedupe_key = %(dedupe_key)s::text
+           AND (r.status = 'pending' OR r.status = 'running' OR r.status = 'waiting')
+           FOR KEY SHARE OF r)
+ON CONFLICT (type, dedupe_key) WHERE status = 'waiting' AND dedupe_key IS NOT NULL DO NOTHING
+RETURNING id
+
+
+-- name: job_replace_held
+-- on_duplicate="replace" with parents: the WAITING or PENDING holder of the key takes the
+-- payload, tags and options (it keeps its id, place and parents: the add's depends_on is not
+-- applied to it). Runs under the key's advisory lock (job_enqueue_key_lock); a holder being
+-- claimed or released meanwhile is re-read as it now is.
+UPDATE {schema}.jobs j
+   SET payload       = %(payload)s::jsonb,
+       scope_type    = %(scope_type)s::text,
+       scope_id      = %(scope_id)s::text,
+       priority      = %(priority)s::int,
+       tags          = %(tags)s::text[],
+       trace_context = %(trace_context)s::jsonb,
+       created_at    = CASE WHEN %(grouped)s::boolean THEN now() ELSE j.created_at END,
+       updated_at    = now()
+ WHERE j.type = %(type)s::text AND j.dedupe_key = %(dedupe_key)s::text
+   AND (j.status = 'waiting' OR j.status = 'pending')
+RETURNING j.id
+
+
+-- name: job_insert_waiting_many
+-- add_many with parents: every payload one WAITING job, ids in the order of the payloads.
+INSERT INTO {schema}.jobs (type, payload, scope_type, scope_id, run_at, max_attempts, priority,
+                           tags, trace_context, status)
+SELECT %(type)s::text, p.payload::jsonb, %(scope_type)s::text, %(scope_id)s::text,
+       coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+       %(max_attempts)s::int, %(priority)s::int, %(tags)s::text[], %(trace_context)s::jsonb,
+       'waiting'
+  FROM unnest(%(payloads)s::text[]) WITH ORDINALITY AS p(payload, n)
+ ORDER BY p.n
+RETURNING id
+
+
+-- name: job_link
+-- The fresh WAITING jobs linked to their parents and judged (link_jobs, 0016): one row per
+-- job with its status now ('waiting', 'pending', 'failed', 'cancelled').
+SELECT l.id, l.status
+  FROM {schema}.link_jobs(%(children)s::bigint[], %(parents)s::bigint[], %(policy)s::text,
+                          %(workflow)s::bigint) l
+
+
+-- name: workflow_insert
+INSERT INTO {schema}.workflows (name) VALUES (%(name)s::text) RETURNING id
+
+
+-- name: workflow_get
+-- A workflow's record, its jobs still existing (live or finished) and its edges, in one
+-- statement: the record's columns on every row, then a job's summary columns (NULL on edge
+-- rows) or an edge (parent, child).
+WITH wf AS (
+    SELECT w.id, w.name, w.created_at, w.cancelled_at
+      FROM {schema}.workflows w WHERE w.id = %(id)s::bigint
+),
+members AS (
+    SELECT n.job_id FROM {schema}.job_nodes n WHERE n.workflow_id = %(id)s::bigint
+)
+SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'job' AS kind,
+       NULL::bigint AS parent_id, NULL::bigint AS child_id, {fragment_summary_columns}
+  FROM wf
+  JOIN {schema}.jobs_all j ON j.id IN (SELECT m.job_id FROM members m)
+UNION ALL
+SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'edge', d.parent_id, d.child_id,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+  FROM wf
+  JOIN {schema}.job_deps d ON d.child_id IN (SELECT m.job_id FROM members m)
+                          AND d.parent_id IN (SELECT m.job_id FROM members m)
+UNION ALL
+SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'record', NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+  FROM wf
+
+
+-- name: workflow_members_live
+-- The live jobs of a workflow (workflow_cancel cancels them).
+SELECT j.id
+  FROM {schema}.jobs j
+ WHERE j.id IN (SELECT n.job_id FROM {schema}.job_nodes n
+                 WHERE n.workflow_id = %(id)s::bigint)
+   AND j.status IN ('waiting', 'pending', 'running')
+ ORDER BY j.id
+
+
+-- name: workflow_mark_cancelled
+UPDATE {schema}.workflows w SET cancelled_at = now()
+ WHERE w.id = %(id)s::bigint AND w.cancelled_at IS NULL
+RETURNING w.id
+
+
+-- name: job_links
+-- A job's links in one statement: its workflow and children (on every row), and one row
+-- per parent that still exists with its summary columns (one row of NULLs when none).
+SELECT (SELECT n.workflow_id FROM {schema}.job_nodes n WHERE n.job_id = %(id)s::bigint),
+       ARRAY(SELECT d.child_id FROM {schema}.job_deps d
+              WHERE d.parent_id = %(id)s::bigint
+                AND EXISTS (SELECT 1 FROM {schema}.jobs_all c WHERE c.id = d.child_id)
+              ORDER BY d.child_id),
+       p.*
+  FROM (SELECT 1) one
+  LEFT JOIN LATERAL (
+        SELECT {fragment_summary_columns}
+          FROM {schema}.jobs_all j
+         WHERE j.id IN (SELECT d.parent_id FROM {schema}.job_deps d
+                         WHERE d.child_id = %(id)s::bigint)
+       ) p ON true
+ ORDER BY p.id
+
+
+-- name: job_nodes_prune
+-- Retention of the graph (job_prune), first step: the node rows of jobs that no longer
+-- exist, outside a workflow or in a workflow created before the cut-off none of whose jobs
+-- exists any more, and those workflows' records; at most "limit" node rows a call.
+WITH gone_nodes AS (
+    DELETE FROM {schema}.job_nodes n
+     WHERE n.job_id IN (
+            SELECT m.job_id FROM {schema}.job_nodes m
+             WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = m.job_id)
+               AND (m.workflow_id IS NULL OR (
+                    EXISTS (SELECT 1 FROM {schema}.workflows w
+                             WHERE w.id = m.workflow_id AND w.created_at < coalesce(%(before)s::timestamptz,
+                                 now() - make_interval(secs => %(age)s::float8)))
+                    AND NOT EXISTS (SELECT 1 FROM {schema}.job_nodes o
+                                      JOIN {schema}.jobs_all a ON a.id = o.job_id
+                                     WHERE o.workflow_id = m.workflow_id)))
+             LIMIT %(limit)s::bigint)
+    RETURNING n.workflow_id
+),
+gone_workflows AS (
+    DELETE FROM {schema}.workflows w
+     WHERE w.id IN (SELECT g.workflow_id FROM gone_nodes g)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone_nodes) + (SELECT count(*) FROM gone_workflows)
+
+
+-- name: job_deps_prune
+-- Then the edges whose two jobs no longer exist and whose child has no node row left (the
+-- step above removed it, so no workflow reads the edge); at most "limit" a call.
+DELETE FROM {schema}.job_deps d
+ WHERE (d.parent_id, d.child_id) IN (
+        SELECT e.parent_id, e.child_id FROM {schema}.job_deps e
+         WHERE NOT EXISTS (SELECT 1 FROM {schema}.job_nodes n WHERE n.job_id = e.child_id)
+           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = e.child_id)
+           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = e.parent_id)
+         LIMIT %(limit)s::bigint)
+
+
+-- name: workflow_savepoint
+-- workflow_create inside a caller's open transaction: its writes under a savepoint, so a
+-- job rejected as a duplicate (or any error) leaves none of them in the caller's transaction.
+SAVEPOINT golemq_workflow
+
+
+-- name: workflow_savepoint_rollback
+ROLLBACK TO SAVEPOINT golemq_workflow
+
+
+-- name: workflow_savepoint_release
+RELEASE SAVEPOINT golemq_workflow
