@@ -260,9 +260,13 @@ def run_workflow(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Fi
     jobs = count * JOBS_PER_WORKFLOW
     figures: Figures = {"jobs_per_s": jobs / result.seconds, "seconds": result.seconds,
                         "workflows": count, "jobs": jobs}
-    edges = result.probe.edge_latencies()
-    figures.update(_ms_percentiles(edges["fan_out"] + edges["fan_in"], ""))
-    figures.update(_ms_percentiles(edges["fan_in"], "fan_in_"))
+    if result.linked:
+        edges = result.probe.edge_latencies()
+        every = edges["fan_out"] + edges["fan_in"]
+        if len(every) != count * (JOBS_PER_WORKFLOW - 1) or min(every) <= 0:
+            raise RuntimeError("a workflow job ran before its parents had all run")
+        figures.update(_ms_percentiles(every, ""))
+        figures.update(_ms_percentiles(edges["fan_in"], "fan_in_"))
     if result.idle_pickup:
         figures.update(_ms_percentiles(result.idle_pickup, "idle_"))
     return figures

@@ -606,7 +606,7 @@ class GolemqSystem(System):
         if probe.calls != jobs or succeeded != expected:
             raise RuntimeError(f"golemq-pg ran {probe.calls} and recorded {succeeded} "
                                f"succeeded of {expected} jobs")
-        return WorkflowResult(elapsed, probe,
+        return WorkflowResult(elapsed, probe, linked=mode == "workflow",
                               idle_pickup=pickup.latencies() if pickup is not None else None)
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:

@@ -77,10 +77,12 @@ class WorkflowProbe:
 @dataclass
 class WorkflowResult:
     """One run: seconds from the first add to the last job's handler, and the probe (for
-    the parent-to-child latencies); ``idle_pickup`` are commit -> handler-start seconds of
-    single jobs sent to the same idle worker first (golemq-pg's workflow run only)."""
+    the parent-to-child latencies, when ``linked``: the jobs had their dependencies);
+    ``idle_pickup`` are commit -> handler-start seconds of single jobs sent to the same idle
+    worker first (golemq-pg's workflow run only)."""
 
     seconds: float
     probe: WorkflowProbe
+    linked: bool = True
     idle_pickup: list[float] | None = None
     note: str = ""
