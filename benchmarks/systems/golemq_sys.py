@@ -86,8 +86,9 @@ async def _async_enqueue(box: Sandbox, work: Any) -> float:
 
 
 def _finished(box: Sandbox) -> tuple[int, int]:
-    """Rows of the sandbox's jobs table that succeeded, and those that carry a result
-    (counted around a drain, not timed, on a connection of their own)."""
+    """Jobs of the sandbox that succeeded, and those that carry a result (``jobs_all``:
+    finished jobs live in ``jobs_history``; counted around a drain, not timed, on a
+    connection of their own)."""
     import psycopg  # noqa: PLC0415
     from psycopg import sql  # noqa: PLC0415
 
@@ -95,7 +96,7 @@ def _finished(box: Sandbox) -> tuple[int, int]:
         rows = conn.execute(sql.SQL(
             "SELECT count(*) FILTER (WHERE status = 'succeeded'),"
             " count(*) FILTER (WHERE result IS NOT NULL) FROM {}").format(
-            sql.Identifier(box.schema_name, "jobs"))).fetchall()
+            sql.Identifier(box.schema_name, "jobs_all"))).fetchall()
     return int(rows[0][0]), int(rows[0][1])
 
 
