@@ -295,7 +295,7 @@ class ChancySystem(System):
                        list(parents))
             return wf
 
-        async def main() -> tuple[float, int, int]:
+        async def main() -> tuple[float, float, int, int]:
             async with _app(box, workflows=True) as chancy:
                 await chancy.pool.wait()
                 async with _Running(chancy, variant.options["flush"], lead=True) as worker:
@@ -303,6 +303,7 @@ class ChancySystem(System):
                     started = time.perf_counter()
                     for wf in graphs:
                         await WorkflowPlugin.push(chancy, wf)
+                    added = time.perf_counter() - started
                     deadline = time.perf_counter() + 900
                     while not probe.done() and time.perf_counter() < deadline:
                         await asyncio.sleep(0.005)
@@ -310,18 +311,19 @@ class ChancySystem(System):
                     await worker.flush()
                 succeeded = await _count(chancy, "succeeded")
                 finished = await _finished_workflows(chancy)
-            return elapsed, succeeded, finished
+            return elapsed, added, succeeded, finished
 
         _SINK.append(probe.record)
         try:
-            elapsed, succeeded, finished = run_async(main)
+            elapsed, added, succeeded, finished = run_async(main)
         finally:
             _SINK.clear()
         jobs = count * len(WORKFLOW_SHAPE)
         if not probe.done() or succeeded != jobs:
             raise RuntimeError(f"Chancy ran {probe.calls} and recorded {succeeded} succeeded "
                                f"of {jobs} workflow jobs")
-        return WorkflowResult(elapsed, probe, note=f"{finished} workflows completed")
+        return WorkflowResult(elapsed, probe, add_seconds=added,
+                              note=f"{finished} workflows completed")
 
 
 async def _finished_workflows(chancy: Any) -> int:

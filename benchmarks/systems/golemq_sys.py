@@ -582,7 +582,7 @@ class GolemqSystem(System):
                 analyze_backlog(box)
                 started = time.perf_counter()
                 worker.run_until_empty(timeout=900)
-                elapsed = time.perf_counter() - started
+                elapsed, added = time.perf_counter() - started, 0.0
             else:
                 graphs = _graphs(count) if mode == "workflow" else []  # built before the clock
                 worker.start()
@@ -597,6 +597,7 @@ class GolemqSystem(System):
                     else:
                         for job_type, payloads in plain.items():
                             queue.add_many(job_type, payloads)
+                    added = time.perf_counter() - started
                     wait_until(probe.done, timeout=900, interval=0.002)
                     elapsed = time.perf_counter() - started
                 finally:
@@ -607,7 +608,7 @@ class GolemqSystem(System):
         if probe.calls != jobs or succeeded != expected:
             raise RuntimeError(f"golemq-pg ran {probe.calls} and recorded {succeeded} "
                                f"succeeded of {expected} jobs")
-        return WorkflowResult(elapsed, probe, linked=mode == "workflow",
+        return WorkflowResult(elapsed, probe, add_seconds=added, linked=mode == "workflow",
                               idle_pickup=pickup.latencies() if pickup is not None else None)
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:

@@ -83,6 +83,8 @@ class WorkflowResult:
 
     seconds: float
     probe: WorkflowProbe
+    #: Seconds from the first add to the return of the last (inside ``seconds``).
+    add_seconds: float = 0.0
     linked: bool = True
     idle_pickup: list[float] | None = None
     note: str = ""
