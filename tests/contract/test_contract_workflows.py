@@ -1,0 +1,367 @@
+"""Contract: job dependencies and workflows on the port (``depends_on`` on the enqueue verbs,
+the release of a WAITING job by its last parent's completion on every finishing verb, the
+three failure policies and their propagation, retry re-arming, cancel, delete_on and prune
+keeping a parent, ``workflow_create`` / ``workflow_get`` / ``workflow_cancel``,
+``job_links``). The spec of both stores: see the JobStore docstring in store/port.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from golemq_pg._types import JobStatus
+from golemq_pg._validation import encode_payload
+from golemq_pg.store.port import (
+    PARENT_CANCELLED_ERROR,
+    PARENT_FAILED_ERROR,
+    CancelFilter,
+    EnqueueManyParams,
+    EnqueueParams,
+    FailItem,
+    FindParams,
+    JobStore,
+    ResultRef,
+    WorkflowJobParams,
+    WorkflowParams,
+)
+from tests.support.store_port import SHORT_LEASE, add, claim, count_rows, ids, refs, slots
+
+# The contract of the producer verbs holds on the async path too (AsyncPostgresStore).
+pytestmark = pytest.mark.async_store_too
+
+
+def params(
+    job_type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    depends_on: tuple[str, ...] = (),
+    policy: str = "fail",
+    dedupe_key: str | None = None,
+    on_duplicate: str = "reject",
+    delay: float = 0.0,
+) -> EnqueueParams:
+    return EnqueueParams(
+        type=job_type,
+        payload=encode_payload(job_type, payload or {}),
+        depends_on=depends_on,
+        on_parent_failure=policy,  # type: ignore[arg-type]
+        dedupe_key=dedupe_key,
+        on_duplicate=on_duplicate,  # type: ignore[arg-type]
+        delay=delay,
+    )
+
+
+def child(store: JobStore, job_type: str, *parents: str, policy: str = "fail", **kw: Any) -> str:
+    result = store.job_enqueue(params(job_type, depends_on=parents, policy=policy, **kw))
+    assert result.id is not None
+    return result.id
+
+
+def status(store: JobStore, job_id: str) -> JobStatus | None:
+    job = store.job_get(job_id)
+    return None if job is None else job.status
+
+
+def run_one(store: JobStore, job_type: str, result: bytes | None = None) -> str:
+    """Claim exactly one job of ``job_type`` and complete it (with ``result``)."""
+    (job,) = claim(store, slots(job_type, limit=1))
+    written = store.job_complete_many("w1", [ResultRef(job.id, job.lease_token, result)])
+    assert written == {job.id}
+    return job.id
+
+
+def fail_one(store: JobStore, job_type: str) -> str:
+    (job,) = claim(store, slots(job_type, limit=1))
+    assert store.job_fail_many("w1", [FailItem(job.id, job.lease_token, "boom")]) == {job.id}
+    return job.id
+
+
+# -- WAITING and its release ----------------------------------------------------------------
+
+
+def test_a_child_waits_is_not_claimed_and_is_counted_as_waiting(store: JobStore) -> None:
+    parent = add(store, "p")
+    kid = child(store, "c", parent)
+    assert status(store, kid) is JobStatus.WAITING
+    assert claim(store, "c") == []
+    assert store.job_stats()["waiting"] == 1
+    assert store.job_stats()["pending"] == 1
+    assert store.job_count_by_status()[JobStatus.WAITING] == 1
+    assert store.job_stats_by_type()["c"]["waiting"] == 1
+    assert store.job_oldest_due_age() is not None  # the parent's, not the child's
+    found = store.job_find(FindParams(statuses=[JobStatus.WAITING]))
+    assert [j.id for j in found] == [kid]
+
+
+def test_the_last_parents_completion_makes_the_child_due(store: JobStore) -> None:
+    a, b = add(store, "p", {"n": 1}), add(store, "p", {"n": 2})
+    kid = child(store, "c", a, b)
+    run_one(store, "p")
+    assert status(store, kid) is JobStatus.WAITING
+    run_one(store, "p")
+    assert status(store, kid) is JobStatus.PENDING
+    assert ids(claim(store, "c")) == [kid]
+
+
+def test_a_parent_already_succeeded_counts_as_done(store: JobStore) -> None:
+    parent = add(store, "p")
+    run_one(store, "p")
+    kid = child(store, "c", parent)
+    assert status(store, kid) is JobStatus.PENDING
+
+
+def test_an_unknown_parent_raises_and_writes_nothing(store: JobStore) -> None:
+    parent = add(store, "p")
+    before = count_rows(store)
+    with pytest.raises(ValueError, match="depends_on"):
+        store.job_enqueue(params("c", depends_on=(parent, "987654321")))
+    with pytest.raises(ValueError, match="depends_on"):
+        store.job_enqueue_many(EnqueueManyParams(
+            type="c", payloads=[b"{}", b"{}"], depends_on=("987654321",)))
+    assert count_rows(store) == before
+    assert store.job_links(parent).children == ()
+
+
+def test_add_many_children_all_wait_for_the_same_parents(store: JobStore) -> None:
+    parent = add(store, "p")
+    assert store.job_enqueue_many(EnqueueManyParams(
+        type="c", payloads=[b'{"n": 1}', b'{"n": 2}', b'{"n": 3}'], depends_on=(parent,))) == 3
+    assert store.job_stats()["waiting"] == 3
+    run_one(store, "p")
+    assert len(claim(store, "c")) == 3
+
+
+def test_a_released_child_keeps_its_delay(store: JobStore) -> None:
+    parent = add(store, "p")
+    kid = child(store, "c", parent, delay=3600)
+    run_one(store, "p")
+    job = store.job_get(kid)
+    assert job is not None and job.status is JobStatus.PENDING
+    assert job.run_at > store.now() + timedelta(minutes=50)
+    assert claim(store, "c") == []
+
+
+def test_the_reapers_dead_letter_settles_the_children(store: JobStore) -> None:
+    parent = add(store, "p", max_attempts=1)
+    kid = child(store, "c", parent, policy="run")
+    claim(store, slots("p", lease=SHORT_LEASE))
+    time.sleep(SHORT_LEASE + 0.3)
+    store.lease_recover_expired()
+    assert status(store, parent) is JobStatus.FAILED
+    assert status(store, kid) is JobStatus.PENDING
+
+
+# -- failure policies --------------------------------------------------------------------------
+
+
+def test_fail_policy_dead_letters_the_child_naming_the_parent_and_propagates(
+    store: JobStore,
+) -> None:
+    parent = add(store, "p", max_attempts=1)
+    kid = child(store, "c", parent)
+    grandkid = child(store, "g", kid)
+    fail_one(store, "p")
+    job = store.job_get(kid)
+    assert job is not None and job.status is JobStatus.FAILED
+    assert job.last_error == PARENT_FAILED_ERROR.format(parent=parent)
+    grand = store.job_get(grandkid)
+    assert grand is not None and grand.status is JobStatus.FAILED
+    assert grand.last_error == PARENT_FAILED_ERROR.format(parent=kid)
+
+
+def test_cancel_policy_cancels_the_child_and_propagates(store: JobStore) -> None:
+    parent = add(store, "p", max_attempts=1)
+    kid = child(store, "c", parent, policy="cancel")
+    grandkid = child(store, "g", kid)  # "fail": its parent was cancelled
+    fail_one(store, "p")
+    assert store.job_get(kid) is None
+    grand = store.job_get(grandkid)
+    assert grand is not None and grand.status is JobStatus.FAILED
+    assert grand.last_error == PARENT_CANCELLED_ERROR.format(parent=kid)
+
+
+def test_run_policy_makes_the_child_due_anyway(store: JobStore) -> None:
+    a, b = add(store, "p", max_attempts=1), add(store, "q")
+    kid = child(store, "c", a, b, policy="run")
+    fail_one(store, "p")
+    assert status(store, kid) is JobStatus.WAITING  # b still open
+    run_one(store, "q")
+    assert status(store, kid) is JobStatus.PENDING
+
+
+def test_a_parent_already_failed_applies_the_policy_at_once(store: JobStore) -> None:
+    parent = add(store, "p", max_attempts=1)
+    fail_one(store, "p")
+    failed = child(store, "c", parent)
+    assert status(store, failed) is JobStatus.FAILED
+    cancelled = store.job_enqueue(params("c", depends_on=(parent,), policy="cancel"))
+    assert cancelled.id is not None and store.job_get(cancelled.id) is None
+    ran = child(store, "c", parent, policy="run")
+    assert status(store, ran) is JobStatus.PENDING
+
+
+def test_cancelling_a_parent_applies_the_childrens_policy(store: JobStore) -> None:
+    parent = add(store, "p")
+    failing = child(store, "c", parent)
+    running = child(store, "c", parent, policy="run")
+    gone = store.job_cancel(CancelFilter(job_ids=[parent]), "test")
+    assert [g.id for g in gone] == [parent]
+    job = store.job_get(failing)
+    assert job is not None and job.status is JobStatus.FAILED
+    assert job.last_error == PARENT_CANCELLED_ERROR.format(parent=parent)
+    assert status(store, running) is JobStatus.PENDING
+
+
+def test_a_waiting_job_can_be_cancelled(store: JobStore) -> None:
+    parent = add(store, "p")
+    kid = child(store, "c", parent)
+    assert [g.id for g in store.job_cancel(CancelFilter(job_ids=[kid]), None)] == [kid]
+    run_one(store, "p")  # its completion finds no child left, and succeeds
+    assert status(store, parent) is JobStatus.SUCCEEDED
+
+
+# -- retry ------------------------------------------------------------------------------------
+
+
+def test_retrying_a_failed_parent_rearms_the_children_it_failed(store: JobStore) -> None:
+    parent = add(store, "p", max_attempts=1)
+    kid = child(store, "c", parent)
+    grandkid = child(store, "g", kid)
+    fail_one(store, "p")
+    assert store.job_retry(kid) is False  # its parent is still FAILED
+    assert status(store, kid) is JobStatus.FAILED
+    assert store.job_retry(parent) is True
+    assert status(store, parent) is JobStatus.PENDING
+    assert status(store, kid) is JobStatus.WAITING
+    assert status(store, grandkid) is JobStatus.WAITING
+    run_one(store, "p")
+    assert status(store, kid) is JobStatus.PENDING
+    run_one(store, "c")
+    assert status(store, grandkid) is JobStatus.PENDING
+
+
+# -- keeping parents ------------------------------------------------------------------------
+
+
+def test_delete_on_keeps_a_parent_whose_children_wait(store: JobStore) -> None:
+    parent = add(store, "p")
+    other = add(store, "q")
+    kid = child(store, "c", parent, other)
+    (job,) = claim(store, slots("p", limit=1))
+    assert store.job_complete_many("w1", refs([job]), delete_types=["p"]) == {parent}
+    kept = store.job_get(parent)
+    assert kept is not None and kept.status is JobStatus.SUCCEEDED
+    assert status(store, kid) is JobStatus.WAITING
+
+
+def test_prune_keeps_a_parent_whose_children_wait(store: JobStore) -> None:
+    parent = add(store, "p")
+    lone = add(store, "p")
+    other = add(store, "q")
+    child(store, "c", parent, other)
+    run_one(store, "p")
+    run_one(store, "p")
+    pruned = store.job_prune([JobStatus.SUCCEEDED], before=store.now() + timedelta(days=2),
+                             age=None)
+    assert pruned == 1
+    assert store.job_get(lone) is None
+    assert status(store, parent) is JobStatus.SUCCEEDED
+
+
+# -- dedupe ---------------------------------------------------------------------------------
+
+
+def test_a_waiting_job_holds_its_dedupe_key(store: JobStore) -> None:
+    parent = add(store, "p")
+    kid = child(store, "c", parent, dedupe_key="k")
+    assert store.job_enqueue(params("c", dedupe_key="k")).id is None
+    assert store.job_enqueue(params("c", depends_on=(parent,), dedupe_key="k")).id is None
+    replaced = store.job_enqueue(params("c", {"v": 2}, dedupe_key="k", on_duplicate="replace"))
+    assert replaced.id == kid and replaced.replaced
+    assert status(store, kid) is JobStatus.WAITING
+    assert store.job_payload(kid) is not None and b'"v"' in (store.job_payload(kid) or b"")
+
+
+# -- workflows ------------------------------------------------------------------------------
+
+
+def diamond() -> WorkflowParams:
+    return WorkflowParams(name="diamond", jobs=[
+        WorkflowJobParams(params("a")),
+        WorkflowJobParams(params("b"), after=(0,)),
+        WorkflowJobParams(params("b"), after=(0,)),
+        WorkflowJobParams(params("d"), after=(1, 2)),
+    ])
+
+
+def test_a_workflow_runs_in_dependency_order_and_reports_its_state(store: JobStore) -> None:
+    created = store.workflow_create(diamond())
+    a, b, c, d = created.job_ids
+    summary = store.workflow_get(created.id)
+    assert summary is not None
+    assert summary.name == "diamond" and summary.status == "running"
+    assert summary.finished_at is None
+    assert [j.id for j in summary.jobs] == [a, b, c, d]
+    assert summary.edges == sorted([(a, b), (a, c), (b, d), (c, d)],
+                                   key=lambda e: (int(e[0]), int(e[1])))
+    assert store.job_links(d).workflow_id == created.id
+    assert ids(claim(store, "a", "b", "d")) == [a]
+    store.job_complete_many("w1", [ResultRef(a, 1, b'{"r": "a"}')])
+    assert sorted(ids(claim(store, "b", "d"))) == sorted([b, c])
+    store.job_complete_many("w1", [ResultRef(b, 1, b'{"r": "b"}'), ResultRef(c, 1, None)])
+    links = store.job_links(d)
+    assert {p.id: p.result for p in links.parents} == {b: {"r": "b"}, c: None}
+    assert store.job_links(a).children == (b, c)
+    run_one(store, "d")
+    done = store.workflow_get(created.id)
+    assert done is not None and done.status == "succeeded" and done.finished_at is not None
+
+
+def test_a_workflow_with_a_failed_job_is_failed_once_nothing_runs(store: JobStore) -> None:
+    created = store.workflow_create(WorkflowParams(name="f", jobs=[
+        WorkflowJobParams(dataclass_replace(params("a"), max_attempts=1)),
+        WorkflowJobParams(params("b"), after=(0,)),
+    ]))
+    fail_one(store, "a")
+    summary = store.workflow_get(created.id)
+    assert summary is not None and summary.status == "failed"
+
+
+def test_a_duplicate_node_fails_the_whole_workflow_writing_nothing(store: JobStore) -> None:
+    add(store, "b", dedupe_key="held")
+    before = count_rows(store)
+    with pytest.raises(ValueError, match="duplicate"):
+        store.workflow_create(WorkflowParams(name="dup", jobs=[
+            WorkflowJobParams(params("a")),
+            WorkflowJobParams(params("b", dedupe_key="held"), after=(0,)),
+        ]))
+    assert count_rows(store) == before
+
+
+def test_cancel_workflow_cancels_every_live_job(store: JobStore) -> None:
+    created = store.workflow_create(diamond())
+    run_one(store, "a")
+    gone = store.workflow_cancel(created.id)
+    assert sorted(g.id for g in gone) == sorted(created.job_ids[1:])
+    assert claim(store, "a", "b", "d") == []
+    assert store.job_stats()["waiting"] == 0
+    summary = store.workflow_get(created.id)
+    assert summary is not None and summary.status == "cancelled"
+    assert [j.id for j in summary.jobs] == [created.job_ids[0]]
+    assert len(summary.edges) == 4  # the record outlives its jobs
+    assert store.workflow_cancel(created.id) == []
+
+
+def test_unknown_workflow_and_links(store: JobStore) -> None:
+    assert store.workflow_get("987654321") is None
+    assert store.workflow_cancel("987654321") == []
+    links = store.job_links("987654321")
+    assert (links.workflow_id, links.parents, links.children) == (None, (), ())
+
+
+def dataclass_replace(p: EnqueueParams, **changes: Any) -> EnqueueParams:
+    return dataclasses.replace(p, **changes)
