@@ -50,7 +50,7 @@ DEFAULT_RESULTS_MD = _in_harness_dir("RESULTS.md")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
-        description="golemq-pg side by side with PGQueuer, Procrastinate and the raw-SQL "
+        description="golemq-pg side by side with PGQueuer, Procrastinate, Chancy and the raw-SQL "
                     "ceiling, each scenario in a fresh schema or database.")
     p.add_argument("--dsn", help="PostgreSQL to run against (else $GOLEMQ_DSN, else the "
                                  "local test server, else the embedded server)")

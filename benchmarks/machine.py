@@ -11,7 +11,8 @@ from typing import Any
 
 import psycopg
 
-PACKAGES = ("golemq-pg", "pgqueuer", "procrastinate", "psycopg", "asyncpg", "psutil", "uvloop")
+PACKAGES = ("golemq-pg", "pgqueuer", "procrastinate", "chancy", "psycopg", "asyncpg", "psutil",
+            "uvloop")
 
 
 def _cpu_model() -> str:

@@ -22,7 +22,7 @@ from benchmarks.systems.golemq_sys import CONCURRENCY, FEATURES_ON, FEATURES_SUF
 REFERENCES = (("pgqueuer", "÷ PGQueuer best"), ("raw-sql", "÷ raw ceiling"),
               ("golemq-pg", "÷ unguarded"))
 COLORS = {"raw-sql": "#7f7f7f", "pgqueuer": "#1f77b4", "procrastinate": "#ff7f0e",
-          "golemq-pg": "#2ca02c"}
+          "chancy": "#9467bd", "golemq-pg": "#2ca02c"}
 
 
 def _fmt(metric: str, value: float | None) -> str:
@@ -199,7 +199,7 @@ class _Checks:
 
 def targets(outcomes: list[Outcome]) -> list[Target]:
     """Check golemq-pg's figures of this run against the targets of docs/BENCHMARKS.md and of
-    issues 16, 17, 19 and 37 (where measured): medians of the runs, ratios as the median of
+    issues 16, 17, 19, 37 and 42 (where measured): medians of the runs, ratios as the median of
     the per-run ratios (run i of both sides measured in the same pass); the after-vacuum
     drains also in their worst run."""
     checks = _Checks()
@@ -208,6 +208,7 @@ def targets(outcomes: list[Outcome]) -> list[Target]:
     _enqueue_targets(outcomes, checks)
     _guarded_targets(outcomes, checks)
     _after_vacuum_targets(outcomes, checks)
+    _workflow_targets(outcomes, checks)
     scale = _find(outcomes, "scale", "golemq-pg")
     if scale:
         m = scale.median()
@@ -395,6 +396,51 @@ def _after_vacuum_targets(outcomes: list[Outcome], checks: _Checks) -> None:
                          per_run, "the first drain, worst run", at_least=0.8)
 
 
+#: Where the workflow targets come from.
+WORKFLOW_SOURCE = "issue 42"
+
+
+def _per_run(outcome: Outcome, key: str) -> list[float | None]:
+    return [run.get(key) for run in outcome.runs]
+
+
+def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
+    flow = _find(outcomes, "workflow", "golemq-pg", "workflow")
+    if not flow:
+        return
+    m = flow.median()
+    # Time ratios: the workflows' seconds over the plain jobs' (jobs/s the other way round).
+    for key, label in (("plain", "the same jobs without dependencies, added while the worker "
+                                 "runs (same clock: first add to last job)"),
+                       ("plain-drain", "the same jobs' plain drain (backlog first, "
+                                       "run_until_empty only)")):
+        plain = _find(outcomes, "workflow", "golemq-pg", key)
+        if plain:
+            checks.ratio(f"workflows within 1.5x the time of {label}", WORKFLOW_SOURCE,
+                         f"{m['seconds']:.2f} s vs {plain.median()['seconds']:.2f} s",
+                         paired_ratio(plain, flow), "the plain time", at_most=1.5)
+    # Chancy's best configuration per run (its default flush and the shorter one).
+    chancy = [o for o in outcomes if o.scenario.name == "workflow"
+              and o.system.name == "chancy" and _ok(o)]
+    per_run: list[float] = []
+    for i, ours in enumerate(_per_run(flow, "seconds")):
+        theirs = [o.runs[i]["seconds"] for o in chancy if i < len(o.runs)]
+        if ours and theirs:
+            per_run.append(min(theirs) / ours)
+    if per_run:
+        best = min(o.median()["seconds"] for o in chancy)
+        checks.ratio("workflows >= 3x faster than Chancy's workflows (its best configuration)",
+                     WORKFLOW_SOURCE, f"{m['seconds']:.2f} s vs Chancy {best:.2f} s",
+                     statistics.median(per_run), "Chancy's time", at_least=3.0)
+    pairs = [run["p50_ms"] / run["idle_p50_ms"] for run in flow.runs
+             if run.get("idle_p50_ms") and "p50_ms" in run]
+    if pairs:
+        checks.ratio("parent -> child latency p50 within 2x the idle pickup latency p50 "
+                     f"(parent -> child p99 {m['p99_ms']:.2f} ms)", WORKFLOW_SOURCE,
+                     f"p50 {m['p50_ms']:.2f} ms, idle pickup p50 {m['idle_p50_ms']:.2f} ms",
+                     statistics.median(pairs), "idle pickup", at_most=2.0)
+
+
 def load_outcomes(doc: dict[str, Any]) -> list[Outcome]:
     """Outcomes back from a results.json written by :func:`write_json` (to re-render)."""
     outcomes = []
@@ -455,7 +501,7 @@ def print_tables(console: Console, outcomes: list[Outcome], found: list[Target])
 
 
 #: The heading of the target table, on the terminal and in benchmarks/RESULTS.md.
-TARGETS_TITLE = "Targets (docs/BENCHMARKS.md, issues 16, 17, 19 and 37)"
+TARGETS_TITLE = "Targets (docs/BENCHMARKS.md, issues 16, 17, 19, 37 and 42)"
 
 
 def targets_summary(found: list[Target]) -> str:
@@ -630,6 +676,10 @@ def write_results_md(path: Path, *, machine: dict[str, Any], sizes: Sizes, runs:
         "5 x 10 (its benchmark tool's default) and 1 x 10 (the library's defaults).",
         "* Procrastinate: psycopg connector, schema from its schema manager, concurrency 4, "
         "async no-op task.",
+        "* Chancy: schema from `Chancy.migrate()`; a queue on its async executor "
+        "(concurrency 32, eager polling, LISTEN/NOTIFY on), async no-op job; only the plugins "
+        "a scenario needs (none; Leadership and WorkflowPlugin for workflows); a drain is "
+        "timed until its batched outcome writes are flushed.",
         "* golemq-pg: PostgresStore + Queue.add_many / add + Worker with a no-op handler "
         "(`run_until_empty` for drains). \"Every feature on\": the handler returns a small "
         "JSON result (stored with each job) and a PrometheusObserver (on a registry of its "

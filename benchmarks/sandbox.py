@@ -175,20 +175,29 @@ def vacuum_analyze(box: Sandbox) -> None:
             conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, table)))
 
 
-def golemq_migrations() -> list[tuple[str, str]]:
-    """golemq-pg's migration files (name, text), in order: the very files the store under test
-    applies (its ``sql_dir``, so a second checkout measures its own schema, not the one its
-    editable install points at)."""
+def apply_golemq_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Apply golemq-pg's migrations into ``schema`` the way ``golemq-pg migrate`` does, with
+    the search_path set to the target schema: a file in one transaction, and a file marked
+    ``-- golemq: no-transaction`` (``CREATE INDEX CONCURRENTLY``) statement by statement
+    outside any (the sandbox is new and empty: no lock, no retry needed)."""
     from golemq_pg.store.postgres._migrations import migrations  # noqa: PLC0415 - lazy
 
-    return [(m.name + ".sql", m.text) for m in migrations()]
-
-
-def apply_golemq_schema(conn: psycopg.Connection[Any], schema: str) -> None:
-    """Apply golemq-pg's migrations into ``schema`` the way ``golemq-pg migrate`` does:
-    with the search_path set to the target schema, in one transaction."""
-    with conn.transaction():
-        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
-        for _file, text in golemq_migrations():
-            # Migration files are trusted, shipped SQL (no parameters, several statements).
-            conn.execute(sql.SQL(text))
+    for migration in migrations():
+        if migration.transactional:
+            with conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(
+                    sql.Identifier(schema)))
+                # Migration files are trusted, shipped SQL (no parameters, several
+                # statements).
+                conn.execute(sql.SQL(migration.text))
+            continue
+        conn.commit()
+        previous = conn.autocommit
+        conn.autocommit = True
+        try:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            for statement in migration.statements():
+                conn.execute(sql.SQL(statement.text))
+            conn.execute("RESET search_path")
+        finally:
+            conn.autocommit = previous

@@ -21,6 +21,7 @@ from benchmarks.systems.raw_sql import (
     fill_golemq_history,
     fill_golemq_table,
 )
+from benchmarks.systems.workflow import JOBS_PER_WORKFLOW
 
 Figures = dict[str, float]
 
@@ -55,13 +56,16 @@ class Sizes:
     #: rows of history its "@1M" configurations (full runs only) load between them.
     after_vacuum: int = 30_000
     after_vacuum_history: int = 1_000_000
+    #: The workflow scenario: workflows of 12 jobs each (fetch -> 10 x extract -> index).
+    workflows: int = 2_000
 
 
 QUICK = Sizes(drain=2_000, drain_slow=200, steady_seconds=1.0, latency_count=25,
               latency_interval=0.02, bulk=5_000, bulk_slow=1_000, single=200, scale_small=1_000,
               scale_large=10_000, scale_take=1_000, scale_rounds=2,
               rss=2_000, rss_slow=200, guarded=2_000, dashboard_rows=20_000, dashboard_rounds=3,
-              loaded_drain=2_000, after_vacuum=2_000, after_vacuum_history=20_000)
+              loaded_drain=2_000, after_vacuum=2_000, after_vacuum_history=20_000,
+              workflows=50)
 FULL = Sizes(drain=50_000, drain_slow=3_000, steady_seconds=10.0, latency_count=500,
              latency_interval=0.02, bulk=100_000, bulk_slow=20_000, single=2_000,
              scale_small=10_000, scale_large=1_000_000, scale_take=10_000, scale_rounds=3,
@@ -240,6 +244,36 @@ def run_after_vacuum(system: System, variant: Variant, dsn: str, sizes: Sizes) -
             "second_per_s": n / second, "finished_rows": finished[0], "jobs": n}
 
 
+def _ms_percentiles(seconds: list[float], prefix: str) -> Figures:
+    seen = sorted(seconds)
+    if not seen:
+        return {}
+    return {f"{prefix}p50_ms": _percentile(seen, 0.50) * 1000,
+            f"{prefix}p99_ms": _percentile(seen, 0.99) * 1000}
+
+
+def run_workflow(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
+    count = sizes.workflows
+    with _box(system, dsn, "workflow") as box:
+        system.install(box)
+        result = system.workflows(box, variant, count)
+    jobs = count * JOBS_PER_WORKFLOW
+    figures: Figures = {"jobs_per_s": jobs / result.seconds, "seconds": result.seconds,
+                        "workflows": count, "jobs": jobs}
+    if result.add_seconds:
+        figures["add_seconds"] = result.add_seconds
+    if result.linked:
+        edges = result.probe.edge_latencies()
+        every = edges["fan_out"] + edges["fan_in"]
+        if len(every) != count * (JOBS_PER_WORKFLOW - 1) or min(every) <= 0:
+            raise RuntimeError("a workflow job ran before its parents had all run")
+        figures.update(_ms_percentiles(every, ""))
+        figures.update(_ms_percentiles(edges["fan_in"], "fan_in_"))
+    if result.idle_pickup:
+        figures.update(_ms_percentiles(result.idle_pickup, "idle_"))
+    return figures
+
+
 def run_rss(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
     n = _slow(system, sizes.rss, sizes.rss_slow)
     with _box(system, dsn, "rss") as box:
@@ -349,6 +383,30 @@ SCENARIOS: tuple[Scenario, ...] = (
              "binding pool for reference.",
              (Metric("jobs_per_s", "jobs/s"),), run_guarded,
              systems=("raw-sql", "golemq-pg")),
+    Scenario("workflow", "Workflows: fetch -> 10 x extract -> index",
+             "Workflows of 12 no-op jobs each (fetch, then ten extract jobs once it has "
+             "finished, then index once all ten have), timed from the first add to the last "
+             "job's handler; the worker runs (idle) before the clock starts. golemq-pg: "
+             "Workflow + queue.add_workflow, one call per workflow; the same jobs without "
+             "dependencies added with add_many on the same clock; and the same jobs as a "
+             "backlog drained with run_until_empty (the drain scenario's clock). Chancy: "
+             "its WorkflowPlugin (Workflow + WorkflowPlugin.push, one call per workflow) "
+             "on an async-executor queue of concurrency 32, at its default outcome flush "
+             "(1 s) and at 0.05 s. Parent -> child: each child's handler start minus its "
+             "latest parent's (handler timestamps in the worker's process; a no-op ends "
+             "microseconds after it starts); fan-in = the last extract -> index. golemq-pg's "
+             "workflow run first sends 50 single jobs, one every 20 ms, to the same idle "
+             "worker: their commit -> handler start is its idle pickup latency. \"Of which "
+             "adding\": from the first add to the return of the last (the worker runs "
+             "meanwhile).",
+             (Metric("jobs_per_s", "jobs/s"),
+              Metric("seconds", "seconds", higher_is_better=False),
+              Metric("add_seconds", "of which adding", higher_is_better=False),
+              Metric("p50_ms", "parent->child p50 ms", higher_is_better=False),
+              Metric("p99_ms", "parent->child p99 ms", higher_is_better=False),
+              Metric("fan_in_p50_ms", "fan-in p50 ms", higher_is_better=False),
+              Metric("idle_p50_ms", "idle pickup p50 ms", higher_is_better=False)),
+             run_workflow, systems=("golemq-pg", "chancy")),
     Scenario("dashboard", "Web dashboard page cost",
              "A jobs table of 1,000,000 rows (generate_series: 95% succeeded over the last "
              "days, 4% pending, 0.9% dead letters, 0.1% running, 10% tagged, 21 types); every "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from benchmarks.sandbox import Sandbox
+from benchmarks.systems.workflow import WorkflowResult
 
 T = TypeVar("T")
 
@@ -262,6 +263,12 @@ class System:
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         """Commit -> handler-start latencies of ``count`` jobs sent every ``interval`` s."""
+        raise UnsupportedError
+
+    def workflows(self, box: Sandbox, variant: Variant, count: int) -> WorkflowResult:
+        """The workflow scenario: ``count`` workflows of ``systems.workflow.WORKFLOW_SHAPE``
+        (or, for golemq-pg's plain variants, the same jobs without dependencies), timed from
+        the first add to the last job's handler; returns its :class:`WorkflowResult`."""
         raise UnsupportedError
 
     def loaded(self, box: Sandbox, variant: Variant, plan: LoadPlan) -> LoadedResult:

@@ -24,6 +24,13 @@ from benchmarks.systems.base import (
     run_async,
     wait_until,
 )
+from benchmarks.systems.workflow import (
+    JOBS_PER_WORKFLOW,
+    WORKFLOW_SHAPE,
+    WorkflowProbe,
+    WorkflowResult,
+    step_type,
+)
 
 #: Handler slots (threads) for the no-op handler in the throughput scenarios.
 CONCURRENCY = 32
@@ -79,8 +86,9 @@ async def _async_enqueue(box: Sandbox, work: Any) -> float:
 
 
 def _finished(box: Sandbox) -> tuple[int, int]:
-    """Rows of the sandbox's jobs table that succeeded, and those that carry a result
-    (counted around a drain, not timed, on a connection of their own)."""
+    """Jobs of the sandbox that succeeded, and those that carry a result (``jobs_all``:
+    finished jobs live in ``jobs_history``; counted around a drain, not timed, on a
+    connection of their own)."""
     import psycopg  # noqa: PLC0415
     from psycopg import sql  # noqa: PLC0415
 
@@ -88,13 +96,47 @@ def _finished(box: Sandbox) -> tuple[int, int]:
         rows = conn.execute(sql.SQL(
             "SELECT count(*) FILTER (WHERE status = 'succeeded'),"
             " count(*) FILTER (WHERE result IS NOT NULL) FROM {}").format(
-            sql.Identifier(box.schema_name, "jobs"))).fetchall()
+            sql.Identifier(box.schema_name, "jobs_all"))).fetchall()
     return int(rows[0][0]), int(rows[0][1])
 
 
 #: Pool connections a draining worker has in use at once (psycopg_pool's statistics after a
 #: drain: three opened).
 WARM_CONNECTIONS = 3
+
+
+#: Single jobs sent to the idle worker before the workflows (its idle pickup latency, the
+#: yardstick of the parent-to-child latency), one every IDLE_INTERVAL seconds.
+IDLE_PROBES = 50
+IDLE_INTERVAL = 0.02
+
+
+def _graphs(count: int) -> list[Any]:
+    """``count`` golemq-pg Workflows of WORKFLOW_SHAPE (payload: workflow index, node)."""
+    import golemq_pg  # noqa: PLC0415
+
+    graphs = []
+    for w in range(count):
+        wf = golemq_pg.Workflow(f"bench {w}")
+        nodes: dict[str, Any] = {}
+        for node, parents in WORKFLOW_SHAPE:
+            nodes[node] = wf.add(step_type(node), {"wf": w, "node": node},
+                                 after=[nodes[p] for p in parents])
+        graphs.append(wf)
+    return graphs
+
+
+def _idle_pickup(queue: Any, pickup: LatencyProbe) -> None:
+    """Send the pickup probe's jobs one at a time to the idle worker, as the latency
+    scenario does, and wait until each has started."""
+    started = time.perf_counter()
+    for i in range(len(pickup.committed)):
+        time.sleep(paced(started, i, IDLE_INTERVAL))
+        pickup.committed[i] = time.perf_counter()
+        queue.add(JOB_TYPE, {"i": i})
+    if not wait_until(pickup.done, timeout=10):
+        raise RuntimeError("golemq-pg's idle worker did not start every probe job")
+    time.sleep(0.1)  # idle again before the workflows
 
 
 class _Counter:
@@ -233,6 +275,19 @@ class GolemqSystem(System):
                             {**base, "resource": POOL_OPEN_CAP})]
         if scenario == "after-vacuum":
             return self._after_vacuum_variants(default, {**base, **features})
+        if scenario == "workflow":
+            # The same 24,000 jobs (at full size) three ways: as workflows (Workflow +
+            # queue.add_workflow), as plain jobs added while the worker runs (the same clock:
+            # first add to last handler), and as a plain backlog drained (the drain
+            # scenario's clock: run_until_empty only).
+            return [Variant(self.name, "workflow", "golemq-pg workflows (add_workflow)",
+                            {**base, "mode": "workflow"}),
+                    Variant(self.name, "plain", "golemq-pg the same jobs without "
+                            "dependencies (add_many while the worker runs)",
+                            {**base, "mode": "plain"}),
+                    Variant(self.name, "plain-drain", "golemq-pg the same jobs without "
+                            "dependencies, backlog drained (run_until_empty)",
+                            {**base, "mode": "drain"})]
         if scenario in ("single", "bulk"):
             # AsyncQueue on an AsyncPostgresStore: the same producer, awaited on a loop.
             return [default, Variant(self.name, "async", "golemq-pg AsyncQueue",
@@ -485,6 +540,76 @@ class GolemqSystem(System):
             finally:
                 worker.stop()
         return LoadedResult(probe, *window)
+
+    def _workflow_worker(self, store: Any, variant: Variant, probe: WorkflowProbe,
+                         pickup: LatencyProbe | None = None) -> Any:
+        """A worker with a no-op handler per workflow job type (and, with ``pickup``, the
+        plain no-op whose commit -> start latency it records)."""
+        worker_cls = _api()[2]
+        from golemq_pg.worker import runtime  # noqa: PLC0415 - see _worker
+
+        runtime.DEFER_START = True
+        opts = variant.options
+        worker = worker_cls(store, notify=opts["notify"], poll_interval=opts["poll"],
+                            batch_size=opts["batch_size"])
+
+        def step(job: Any) -> None:
+            probe.record(job.payload)
+
+        for job_type in sorted({step_type(node) for node, _parents in WORKFLOW_SHAPE}):
+            worker.handler(job_type, concurrency=opts["concurrency"])(step)
+        if pickup is not None:
+            worker.handler(JOB_TYPE, concurrency=opts["concurrency"])(
+                lambda job: pickup.start(job.payload["i"]))
+        return worker
+
+    def workflows(self, box: Sandbox, variant: Variant, count: int) -> WorkflowResult:
+        queue_cls = _api()[1]
+        mode = variant.options["mode"]
+        probe = WorkflowProbe(count)
+        jobs = count * JOBS_PER_WORKFLOW
+        plain = {t: [{"wf": w, "node": node} for w in range(count)
+                     for node, _parents in WORKFLOW_SHAPE if step_type(node) == t]
+                 for t in sorted({step_type(node) for node, _parents in WORKFLOW_SHAPE})}
+        pickup = LatencyProbe(IDLE_PROBES) if mode == "workflow" else None
+        with self._store(box, min_size=WARM_CONNECTIONS) as store:
+            store.pool.wait()
+            queue = queue_cls(store)
+            worker = self._workflow_worker(store, variant, probe, pickup)
+            if mode == "drain":
+                for job_type, payloads in plain.items():  # the backlog, not timed
+                    queue.add_many(job_type, payloads)
+                analyze_backlog(box)
+                started = time.perf_counter()
+                worker.run_until_empty(timeout=900)
+                elapsed, added = time.perf_counter() - started, 0.0
+            else:
+                graphs = _graphs(count) if mode == "workflow" else []  # built before the clock
+                worker.start()
+                try:
+                    time.sleep(0.3)  # let the worker reach its idle wait
+                    if pickup is not None:
+                        _idle_pickup(queue, pickup)
+                    started = time.perf_counter()
+                    if mode == "workflow":
+                        for wf in graphs:
+                            queue.add_workflow(wf)
+                    else:
+                        for job_type, payloads in plain.items():
+                            queue.add_many(job_type, payloads)
+                    added = time.perf_counter() - started
+                    wait_until(probe.done, timeout=900, interval=0.002)
+                    elapsed = time.perf_counter() - started
+                finally:
+                    worker.stop()
+            succeeded = queue.count_by_status()[_succeeded()]
+        # the idle probe's jobs succeeded too
+        expected = jobs + (IDLE_PROBES if pickup is not None else 0)
+        if probe.calls != jobs or succeeded != expected:
+            raise RuntimeError(f"golemq-pg ran {probe.calls} and recorded {succeeded} "
+                               f"succeeded of {expected} jobs")
+        return WorkflowResult(elapsed, probe, add_seconds=added, linked=mode == "workflow",
+                              idle_pickup=pickup.latencies() if pickup is not None else None)
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         queue_cls = _api()[1]

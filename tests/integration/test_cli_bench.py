@@ -30,7 +30,7 @@ import golemq_pg
 
 CHECKOUT = Path(golemq_pg.__file__).resolve().parent.parent
 SCENARIOS = ("drain", "steady", "latency", "loaded", "bulk", "single", "scale",
-             "after-vacuum", "rss", "guarded", "dashboard")
+             "after-vacuum", "rss", "guarded", "workflow", "dashboard")
 NO_HARNESS = (
     "golemq-pg bench runs the harness of a source checkout (benchmarks/ is not installed "
     "with the package)"
