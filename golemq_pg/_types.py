@@ -178,6 +178,9 @@ class JobSummary:
     #: The last 20 failed attempts, oldest first.
     errors: tuple[AttemptError, ...] = ()
     tags: tuple[str, ...] = ()
+    #: The job's durable steps (``job.step(name, fn)``): name -> stored value; empty when
+    #: it has none. Filled by ``get``, ``wait`` and ``find``. Not part of the hash.
+    steps: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

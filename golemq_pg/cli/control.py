@@ -54,9 +54,12 @@ def _one_job(job_id: str, act: Callable[[Any, str], bool], refused: str, done: s
 @click.command("retry")
 @db_options
 @click.argument("job_id", metavar="ID")
-def retry(job_id: str) -> None:
-    """Move one dead letter (FAILED) back to PENDING, due now, attempts reset."""
-    _one_job(job_id, lambda queue, job: queue.retry(job),
+@click.option("--reset-steps", is_flag=True,
+              help="Delete the job's durable steps too, so every step runs again.")
+def retry(job_id: str, reset_steps: bool) -> None:
+    """Move one dead letter (FAILED) back to PENDING, due now, attempts reset (its durable
+    steps kept unless --reset-steps)."""
+    _one_job(job_id, lambda queue, job: queue.retry(job, reset_steps=reset_steps),
              "not retried: job {id} is not FAILED",
              "job {id} moved back to pending")
 

@@ -71,12 +71,18 @@ def paused(q: QueueCore[Any]) -> QueuePlan[dict[str, PausedType]]:
     return found
 
 
-def retry(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:
+def retry(q: QueueCore[Any], job_id: str, reset_steps: bool = False) -> QueuePlan[bool]:
     """Move one dead letter (FAILED) back to PENDING, due now, with attempts 0 and
     ``last_error`` cleared (the attempt history is kept). False, and nothing changed,
     when the job is not FAILED (or unknown, or keyed while a PENDING job holds its key).
+
+    Its durable steps (``job.step``) are kept: the revived job gets their stored values
+    back without running them again. ``reset_steps=True`` deletes them with the revival,
+    so every step runs again.
     """
-    return bool((yield from calls.job_retry(check_job_id(job_id))))
+    if not isinstance(reset_steps, bool):
+        raise ValueError("reset_steps must be True or False")
+    return bool((yield from calls.job_retry(check_job_id(job_id), reset_steps)))
 
 
 def run_now(q: QueueCore[Any], job_id: str) -> QueuePlan[bool]:

@@ -221,9 +221,11 @@ def type_paused() -> StoreCall[dict[str, PausedType]]:
     return StoreCall(lambda s: s.type_paused(), lambda s: s.type_paused())
 
 
-def job_retry(job_id: str) -> StoreCall[bool]:
-    """``job_retry(job_id)``."""
-    return StoreCall(lambda s: s.job_retry(job_id), lambda s: s.job_retry(job_id))
+def job_retry(job_id: str, reset_steps: bool = False) -> StoreCall[bool]:
+    """``job_retry(job_id, reset_steps)``."""
+    return StoreCall(
+        lambda s: s.job_retry(job_id, reset_steps), lambda s: s.job_retry(job_id, reset_steps)
+    )
 
 
 def job_run_now(job_id: str) -> StoreCall[bool]:

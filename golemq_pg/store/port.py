@@ -423,6 +423,15 @@ class HistoryUpkeep:
 
 
 @dataclass(frozen=True, slots=True)
+class StepSweep:
+    """What one ``job_step_sweep`` pass did: the orphaned steps it removed, and the job id
+    the next pass starts after (None: the walk reached the end and starts over)."""
+
+    removed: int = 0
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerBeat:
     """One worker's registry row as it writes it: at start, then every heartbeat."""
 
@@ -788,7 +797,7 @@ class JobStore(DashboardReads, Protocol):
     def type_paused(self) -> dict[str, PausedType]:
         """Every paused type, by name."""
 
-    def job_retry(self, job_id: str) -> bool:
+    def job_retry(self, job_id: str, reset_steps: bool = False) -> bool:
         """One FAILED job -> PENDING due now, attempts 0, last_error cleared, history kept;
         fenced on ``status = 'failed'``: False and nothing changed otherwise.
 
@@ -798,7 +807,10 @@ class JobStore(DashboardReads, Protocol):
         parents are SUCCEEDED; with a parent still FAILED (or gone), False, nothing
         changed. Retrying a job (FAILED -> PENDING) re-arms its dependents: each FAILED
         child that failed because of it (transitively, down the chain) goes back to
-        WAITING, ``last_error`` cleared, attempts 0, and waits for its parents again."""
+        WAITING, ``last_error`` cleared, attempts 0, and waits for its parents again.
+
+        Its durable steps are kept (a later attempt reads them back) unless
+        ``reset_steps``: then they are deleted in the same transaction as the revival."""
 
     def job_run_now(self, job_id: str) -> bool:
         """One PENDING job with a future ``run_at`` -> due now; fenced on that state: False
@@ -864,6 +876,24 @@ class JobStore(DashboardReads, Protocol):
 
     def close(self) -> None:
         """Release resources."""
+
+    # -- durable steps (``job.step`` / ``job.astep``) -------------------------------------------
+    def job_step_get(self, job_id: str) -> dict[str, Any]:
+        """The stored steps of one job (live or finished), name -> decoded value; empty
+        when it has none or does not exist."""
+
+    def job_step_save(self, owner: str, item: LeaseRef, name: str, value_json: bytes) -> bool:
+        """Store one step's value (``value_json``: its JSON encoding, already validated:
+        JSON-safe, at most 1 MiB) under ``name`` for a held lease, fenced like every lease
+        write. The first write of a name wins: a later one keeps the stored value. True
+        when the lease is held (stored now, or kept); False, and nothing written, when it
+        is not (a stale attempt)."""
+
+    def job_step_sweep(self, after: str | None, limit: int = 1_000) -> StepSweep:
+        """Remove the steps of jobs that are gone for good (cancelled, pruned, deleted),
+        looking at the next ``limit`` job ids with steps after ``after`` (None: from the
+        start); bounded by ``limit`` whatever the table holds. A store that keeps steps on
+        the job itself has nothing to sweep."""
 
 
 TransactionalClaim = AbstractContextManager[tuple[ClaimedJob, Any] | None]

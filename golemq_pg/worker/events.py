@@ -7,18 +7,22 @@ someone waits on it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
+
+import orjson
 
 from golemq_pg._types import JobSummary, Scope
-from golemq_pg._validation import encode_payload
-from golemq_pg.errors import JobAborted, QueuePayloadError
+from golemq_pg._validation import check_name, encode_payload, encode_result
+from golemq_pg.errors import JobAborted, QueuePayloadError, TerminalJobError
 from golemq_pg.store.port import JobLinks
 
 P = TypeVar("P", bound=Mapping[str, Any])
+T = TypeVar("T")
 
 #: Why a signal fired. Handlers can switch on these values.
 TIMEOUT = "timeout"
@@ -125,6 +129,9 @@ class JobEvent(Generic[P]):
         "_progress_scheduled",
         "_reader",
         "_reporter",
+        "_step_names",
+        "_step_values",
+        "_stepper",
         "_token",
         "attempt",
         "connection",
@@ -170,6 +177,9 @@ class JobEvent(Generic[P]):
         self._progress_scheduled = False
         self._links: JobLinks | None = None
         self._reader: LinkReader | None = None
+        self._stepper: StepSink | None = None
+        self._step_values: dict[str, Any] | None = None
+        self._step_names: set[str] | None = None
 
     @property
     def parents(self) -> Mapping[str, JobSummary]:
@@ -222,6 +232,98 @@ class JobEvent(Generic[P]):
             return
         reporter.report(self, value)
 
+    # -- durable steps -----------------------------------------------------------------------
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` once for this job and store its result; a later attempt of the same
+        job gets the stored value back without calling ``fn``.
+
+        ``name`` (a non-empty string of at most 255 characters) is unique per job: a second
+        step of the same name in one attempt raises :class:`StepRejected`, while reading it
+        back on a later attempt is the point. The value must be JSON-safe (the payload
+        rules) and at most 1 MiB encoded, else :class:`StepRejected` fails the job
+        terminally (its message names the step and the problem, never the value). What
+        comes back, now and on later attempts, is the value as JSON gives it back (a tuple
+        becomes a list). When ``fn`` raises, nothing is stored and the name may be used
+        again.
+
+        The write is fenced by the lease: an attempt whose lease was taken back (expired
+        and reclaimed, requeued, cancelled) stores nothing and gets
+        :class:`~golemq_pg.errors.JobAborted` (reason ``"lease-lost"``), as for any lease
+        loss. ``queue.retry(job_id)`` keeps a dead letter's steps; ``reset_steps=True``
+        clears them. In a transactional handler the step is written on the handler's
+        transaction: it commits with the handler's writes and rolls back with them (a
+        failed attempt's steps run again, as its writes do). From an ``async def`` handler
+        use :meth:`astep`.
+        """
+        self._step_claim(name)
+        try:
+            stored = self._step_values
+            if stored is None:
+                sink = self._stepper
+                stored = self._step_values = {} if sink is None else sink.step_load(self)
+            if name in stored:
+                found: T = stored[name]
+                return found
+            encoded = _step_encoded(name, fn())
+            sink = self._stepper
+            if sink is not None and not sink.step_save(self, name, encoded):
+                _lease_lost()
+        except BaseException:
+            self._step_release(name)
+            raise
+        value: T = orjson.loads(encoded)
+        stored[name] = value
+        return value
+
+    async def astep(self, name: str, coro_fn: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`step` for ``async def`` handlers: ``await coro_fn()`` once for this job
+        and store its result (same rules); the store's reads and writes run off the event
+        loop, in a thread."""
+        self._step_claim(name)
+        try:
+            stored = self._step_values
+            if stored is None:
+                sink = self._stepper
+                stored = {} if sink is None else await asyncio.to_thread(sink.step_load, self)
+                self._step_values = stored
+            if name in stored:
+                found: T = stored[name]
+                return found
+            encoded = _step_encoded(name, await coro_fn())
+            sink = self._stepper
+            if sink is not None and not await asyncio.to_thread(
+                sink.step_save, self, name, encoded
+            ):
+                _lease_lost()
+        except BaseException:
+            self._step_release(name)
+            raise
+        value: T = orjson.loads(encoded)
+        stored[name] = value
+        return value
+
+    def _step_claim(self, name: str) -> None:
+        """Check ``name`` and reserve it for this attempt (unique per job)."""
+        try:
+            check_name(name, "step name")
+        except ValueError as exc:
+            raise StepRejected(str(exc)) from None
+        with _FIRE_LOCK:
+            names = self._step_names
+            if names is None:
+                names = self._step_names = set()
+            if name in names:
+                raise StepRejected(
+                    f"step {name!r} was already used in this attempt: step names are unique "
+                    "per job"
+                )
+            names.add(name)
+
+    def _step_release(self, name: str) -> None:
+        with _FIRE_LOCK:
+            if self._step_names is not None:
+                self._step_names.discard(name)
+
     def __repr__(self) -> str:
         return (
             f"JobEvent(id={self.id!r}, type={self.type!r}, attempt={self.attempt}/"
@@ -230,10 +332,45 @@ class JobEvent(Generic[P]):
         )
 
 
+class StepRejected(TerminalJobError, ValueError):  # noqa: N818 - named after what happened
+    """A durable step refused: its name is not a valid name or was already used in this
+    attempt, or its value is not JSON-safe or over 1 MiB encoded. The job fails now (a
+    retry would be refused alike). The message names the step and the problem, never the
+    value."""
+
+
+def _lease_lost() -> NoReturn:
+    """A step's fenced write was refused: this attempt lost its lease."""
+    raise JobAborted(LEASE_LOST)
+
+
+def _step_encoded(name: str, value: object) -> bytes:
+    """A step's value as its JSON encoding (the result rules), or :class:`StepRejected`."""
+    try:
+        return encode_result(value)
+    except ValueError as exc:
+        problem = str(exc).removeprefix("result ")
+        raise StepRejected(f"step {name!r}: value {problem}") from None
+
+
+class StepSink(Protocol):
+    """Where ``JobEvent.step`` reads and writes its job's steps (the worker's reporter)."""
+
+    def step_load(self, event: JobEvent[Any]) -> dict[str, Any]:
+        """The stored steps of ``event``'s job, name -> value."""
+
+    def step_save(self, event: JobEvent[Any], name: str, value: bytes) -> bool:
+        """Store one step's encoded value, fenced by ``event``'s lease; False: not held."""
+
+
+class WorkerSink(ProgressSink, StepSink, Protocol):
+    """What the worker hands every claimed event: its progress and its steps go there."""
+
+
 _new = object.__new__
 
 
-def claimed_event(job: Any, signal: CancelSignal, reporter: ProgressSink) -> JobEvent[Any]:
+def claimed_event(job: Any, signal: CancelSignal, reporter: WorkerSink) -> JobEvent[Any]:
     """The JobEvent of a claimed job (a ``ClaimedJob``) whose progress goes to ``reporter``.
 
     Built once per job on the drain's hot path, so it sets the slots directly: the keyword
@@ -258,6 +395,9 @@ def claimed_event(job: Any, signal: CancelSignal, reporter: ProgressSink) -> Job
     event._progress_scheduled = False
     event._links = None
     event._reader = None
+    event._stepper = reporter
+    event._step_values = None
+    event._step_names = None
     return event
 
 
@@ -303,4 +443,7 @@ __all__ = [
     "JobEvent",
     "LinkReader",
     "ProgressSink",
+    "StepRejected",
+    "StepSink",
+    "WorkerSink",
 ]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from golemq_pg import _trace_hook
 from golemq_pg.worker.backoff import HandlerReturnedFalse, encoded_result
-from golemq_pg.worker.events import BatchEvent, ProgressSink, claimed_event
+from golemq_pg.worker.events import BatchEvent, WorkerSink, claimed_event
 from golemq_pg.worker.units import ABANDONED, FINISHED, RUNNING, Slot, Unit, UnitPool
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class Executor:
         self.settle(pool, unit, error)
 
     # -- the steps of an attempt, shared by handler threads and the event loop -------------
-    def begin(self, pool: SlotPool, slot: Slot, unit: Unit, reporter: ProgressSink) -> Any:
+    def begin(self, pool: SlotPool, slot: Slot, unit: Unit, reporter: WorkerSink) -> Any:
         """Start an attempt of ``unit`` on ``slot``: mark it running, arm its timeout, tell
         observers, and return the handler's argument (a JobEvent or a BatchEvent whose
         ``progress`` goes to ``reporter``); None when an abort settled the unit while it

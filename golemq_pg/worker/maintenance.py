@@ -23,6 +23,11 @@
   rows out of the live table, ``HISTORY_LEGACY_BATCH`` a call (back to back while any are
   left). Any number of workers run it; the store makes it idempotent.
 
+* **steps** (every ``STEP_SWEEP_INTERVAL`` seconds): ``job_step_sweep`` removes the durable
+  steps of jobs gone for good (cancelled, pruned, deleted), looking at ``STEP_SWEEP_BATCH``
+  job ids a pass, walking on from where the last pass stopped (at once again while a pass
+  finds some).
+
 * **heartbeat** (every :func:`heartbeat_interval`: ``4 * poll_interval`` between 1 s and
   10 s, so 2 s by default): the worker's row in the registry (``worker_heartbeat``: its
   handlers, how many jobs it holds, "running" or "stopping"), one small upsert that also
@@ -79,6 +84,9 @@ PRUNE_LIMIT = 1_000
 HISTORY_INTERVAL = 5.0
 HISTORY_DAYS_AHEAD = 3
 HISTORY_LEGACY_BATCH = 5_000
+#: Seconds between passes of the orphaned-steps sweep, and job ids one pass looks at.
+STEP_SWEEP_INTERVAL = 60.0
+STEP_SWEEP_BATCH = 1_000
 #: Most vanished leases looked up one by one to tell a cancel from a lost lease.
 LOOKUP_LIMIT = 50
 #: The ``last_error`` both stores write when the reaper recovers a job, by outcome; the
@@ -136,6 +144,7 @@ class Maintenance(Service):
         poll = cfg.poll_interval
         self.heartbeat_seconds = heartbeat_interval(cfg)
         self._stopping = False
+        self._steps_after: str | None = None
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self.tasks: list[Task] = []
@@ -146,6 +155,7 @@ class Maintenance(Service):
             Task("reconcile", max(poll, 0.05), self.reconcile),
             Task("schedules", min(max(poll, 0.1), 1.0), self.fire_schedules),
             Task("history", HISTORY_INTERVAL, self.keep_history),
+            Task("steps", STEP_SWEEP_INTERVAL, self.sweep_steps),
         ]
         if cfg.retention is not None:
             self.tasks.append(Task("retention", cfg.retention.sweep_interval, self.prune))
@@ -336,6 +346,15 @@ class Maintenance(Service):
             log.info("history_upkeep", worker_id=self.runtime.owner, created=done.created,
                      moved=done.moved)
         return 0.0 if done.moved >= HISTORY_LEGACY_BATCH else None
+
+    def sweep_steps(self) -> float | None:
+        """One bounded pass of the orphaned-steps sweep; at once again while it finds some
+        and the walk has not reached the end."""
+        done = self.runtime.store.job_step_sweep(self._steps_after, STEP_SWEEP_BATCH)
+        self._steps_after = done.after
+        if done.removed:
+            log.info("steps_swept", worker_id=self.runtime.owner, removed=done.removed)
+        return 0.0 if done.removed and done.after is not None else None
 
     def prune(self) -> float | None:
         """Delete finished rows older than the retention age: one bounded batch per call.

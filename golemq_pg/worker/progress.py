@@ -85,6 +85,15 @@ class ProgressReporter:
             if event._progress_pending is not _NOTHING and not event.signal.cancelled:
                 self._write_locked(event, time.monotonic())
 
+    # -- durable steps (JobEvent.step): not coalesced, each write awaited by the handler ----
+    def step_load(self, event: JobEvent[Any]) -> dict[str, Any]:
+        """The stored steps of ``event``'s job (read once per attempt, at its first step)."""
+        return self.store.job_step_get(event.id)
+
+    def step_save(self, event: JobEvent[Any], name: str, value: bytes) -> bool:
+        """Store one step, fenced by ``event``'s lease; False when the lease is gone."""
+        return self.store.job_step_save(self.owner, LeaseRef(event.id, event._token), name, value)
+
     def _write_locked(self, event: JobEvent[Any], now: float) -> None:
         value = event._progress_pending
         if value is None:

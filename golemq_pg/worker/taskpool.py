@@ -98,6 +98,14 @@ class LoopProgress:
                 # outcome must still wait for it.
                 continue
 
+    def step_load(self, event: JobEvent[Any]) -> dict[str, Any]:
+        """The job's stored steps (``job.astep`` calls this off the loop, in a thread)."""
+        return self.reporter.step_load(event)
+
+    def step_save(self, event: JobEvent[Any], name: str, value: bytes) -> bool:
+        """Store one step, fenced (``job.astep`` calls this off the loop, in a thread)."""
+        return self.reporter.step_save(event, name, value)
+
     def _finish(self, events: list[JobEvent[Any]]) -> None:
         for event in events:
             self.reporter.finish(event)

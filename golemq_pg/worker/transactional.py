@@ -44,6 +44,7 @@ from golemq_pg._types import Resource
 from golemq_pg.errors import JobAborted
 from golemq_pg.store.port import (
     ClaimRequest,
+    JobStore,
     LeaseRef,
     ResultRef,
     TransactionalJobStore,
@@ -391,6 +392,9 @@ class TransactionalPool:
         )
         # job.parents / job.workflow_id read on the claim's own transaction
         event._reader = store.with_connection(conn)
+        # Durable steps go through the claim's transaction: see BoundSteps.
+        event._token = job.token
+        event._stepper = BoundSteps(store.with_connection(conn), runtime.owner)
         tracer = _trace_hook.tracer  # golemq_pg.tracing: the attempt's CONSUMER span
         span = None if tracer is None else tracer.attempt(unit.jobs, job.attempt)
         failure = self._call_handler(unit, event, conn)
@@ -459,4 +463,25 @@ class TransactionalPool:
         return JobTimeout(f"attempt exceeded the handler timeout of {self.spec.timeout}s")
 
 
-__all__ = ["TransactionalPool", "lock_warnings", "supports_transactional"]
+class BoundSteps:
+    """A transactional handler's durable steps: read and written on the claim's own
+    connection (a separate connection would see the claim uncommitted, so the lease not
+    held, and wait on its row lock). A step therefore commits with the handler's writes and
+    rolls back with them: after a failed attempt it runs again, like those writes."""
+
+    __slots__ = ("owner", "store")
+
+    def __init__(self, store: JobStore, owner: str) -> None:
+        self.store = store
+        self.owner = owner
+
+    def step_load(self, event: JobEvent[Any]) -> dict[str, Any]:
+        """The job's stored steps, read in the claim's transaction."""
+        return self.store.job_step_get(event.id)
+
+    def step_save(self, event: JobEvent[Any], name: str, value: bytes) -> bool:
+        """One step written in the claim's transaction, fenced by its lease."""
+        return self.store.job_step_save(self.owner, LeaseRef(event.id, event._token), name, value)
+
+
+__all__ = ["BoundSteps", "TransactionalPool", "lock_warnings", "supports_transactional"]

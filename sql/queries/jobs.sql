@@ -209,9 +209,13 @@ SELECT {fragment_summary_columns}
 -- (jobs_tags_idx, jobs_history_tags_idx: a strict @> implies tags IS NOT NULL); a separate
 -- statement keeps job_find's plans as they were. Each table is read, newest first, up to
 -- the page's end on its own (the GIN index, then a top-N sort), then the two are merged: a
--- single ordered read of the view would walk the primary keys newest first instead.
+-- single ordered read of the view would walk the primary keys newest first instead. The
+-- columns are named: the two tables' column lists differ (jobs.has_dependents, 0016).
 SELECT {fragment_summary_columns}
-  FROM ((SELECT * FROM {schema}.jobs t
+  FROM ((SELECT t.id, t.type, t.scope_type, t.scope_id, t.status, t.attempts, t.max_attempts,
+                t.last_error, t.priority, t.progress, t.run_at, t.created_at, t.updated_at,
+                t.started_at, t.finished_at, t.result, t.errors, t.tags
+           FROM {schema}.jobs t
           WHERE t.tags @> %(tags)s::text[]
             AND (%(types)s::text[] IS NULL OR t.type = ANY(%(types)s::text[]))
             AND (%(statuses)s::text[] IS NULL OR t.status = ANY(%(statuses)s::text[]))
@@ -222,7 +226,10 @@ SELECT {fragment_summary_columns}
           ORDER BY t.id DESC
           LIMIT %(limit)s::bigint + %(skip)s::bigint)
         UNION ALL
-        (SELECT * FROM {schema}.jobs_history t
+        (SELECT t.id, t.type, t.scope_type, t.scope_id, t.status, t.attempts, t.max_attempts,
+                t.last_error, t.priority, t.progress, t.run_at, t.created_at, t.updated_at,
+                t.started_at, t.finished_at, t.result, t.errors, t.tags
+           FROM {schema}.jobs_history t
           WHERE t.tags @> %(tags)s::text[]
             AND (%(types)s::text[] IS NULL OR t.type = ANY(%(types)s::text[]))
             AND (%(statuses)s::text[] IS NULL OR t.status = ANY(%(statuses)s::text[]))

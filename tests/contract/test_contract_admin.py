@@ -118,6 +118,7 @@ def test_counts_and_stats_cover_every_status(store: JobStore) -> None:
         "running": 0,
         "succeeded": 0,
         "failed": 0,
+        "waiting": 0,
     }
     for _ in range(4):
         add(store, "a")
@@ -130,6 +131,7 @@ def test_counts_and_stats_cover_every_status(store: JobStore) -> None:
         JobStatus.RUNNING: 1,
         JobStatus.SUCCEEDED: 1,
         JobStatus.FAILED: 1,
+        JobStatus.WAITING: 0,
     }
     assert store.job_stats() == {
         "pending": 1,
@@ -137,6 +139,7 @@ def test_counts_and_stats_cover_every_status(store: JobStore) -> None:
         "running": 1,
         "succeeded": 1,
         "failed": 1,
+        "waiting": 0,
     }
 
 
@@ -305,7 +308,7 @@ def test_stats_by_type_and_oldest_due_age(store: JobStore) -> None:
         store.job_enqueue(EnqueueParams(type=job_type, payload=b"{}", delay=delay))
     by_type = store.job_stats_by_type()
     assert by_type["a"] == {"pending": 2, "scheduled": 1, "running": 0, "succeeded": 0,
-                            "failed": 0}
+                            "failed": 0, "waiting": 0}
     assert by_type["b"]["pending"] == 1
     age = store.job_oldest_due_age()
     assert age is not None

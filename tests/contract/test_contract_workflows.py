@@ -8,6 +8,7 @@ policy propagating; retry re-arms; prune keeps a parent its children still wait 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -28,7 +29,7 @@ from golemq_pg.store.port import (
     WorkflowJobParams,
     WorkflowParams,
 )
-from tests.support.store_port import add, claim, count_rows, ids, refs
+from tests.support.store_port import SHORT_LEASE, add, claim, count_rows, ids, refs, slots
 
 
 def job(
@@ -520,3 +521,24 @@ def test_a_workflow_is_pruned_with_its_last_job(store: JobStore) -> None:
     later = store.now() + timedelta(hours=1)
     assert store.job_prune([JobStatus.SUCCEEDED], before=later, age=None) == 2
     assert store.workflow_get(created.id) is None
+
+
+def test_a_released_child_keeps_its_delay(store: JobStore) -> None:
+    parent = add(store, "p")
+    kid = store.job_enqueue(dataclasses.replace(job("c", parents=[parent]), delay=3600)).id
+    assert kid is not None
+    succeed(store, "p")
+    found = store.job_get(kid)
+    assert found is not None and found.status is JobStatus.PENDING
+    assert found.run_at > store.now() + timedelta(minutes=50)
+    assert claim(store, "c") == []
+
+
+def test_the_reapers_dead_letter_settles_the_children(store: JobStore) -> None:
+    parent = add(store, "p", max_attempts=1)
+    kid = child(store, "c", parent, policy="run")
+    claim(store, slots("p", lease=SHORT_LEASE))
+    time.sleep(SHORT_LEASE + 0.3)
+    store.lease_recover_expired()
+    assert status(store, parent) is JobStatus.FAILED
+    assert status(store, kid) is JobStatus.PENDING

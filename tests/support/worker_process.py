@@ -48,7 +48,10 @@ A handler's behaviour, in the order it happens:
     started, ended, ok)``, one row per job of the batch, written after the sleep;
   - ``"fault"``: the fault scenarios' ledger (tests/support/fault_env.py): a row at the start
     ``(job_id, attempt, token, worker, pid, type, scope, tag)`` and its end ``(outcome,
-    reason)``; what happens in between comes from the *payload*: ``sleep`` (seconds, on
+    reason)``; what happens in between comes from the *payload*: ``step`` (a durable step of
+    that name first: its function writes ``step_ledger (job_id, attempt, pid, kind 'ran',
+    value)`` and returns ``{"attempt", "pid"}``; what the step gave back is written as kind
+    ``'got'``; the test creates the table), ``sleep`` (seconds, on
     the signal unless ``ignore``; once the signal fired it raises ``JobAborted`` unless
     ``abort_on_signal`` is false), ``raise`` (an exception class name: ``Terminal``,
     ``Retryable``, ``KeyboardInterrupt``, ``SystemExit``, ``BaseException``, ``ValueError``,
@@ -233,6 +236,9 @@ class Ledgers:
             "%(type)s, %(scope)s, %(tag)s "
             "RETURNING run_id, (SELECT count(*) FROM {s}.effects WHERE job_id = %(id)s)"
         ).format(s=s)
+        self.step_row = sql.SQL(
+            "INSERT INTO {}.step_ledger (job_id, attempt, pid, kind, value) "
+            "VALUES (%s, %s, %s, %s, %s::jsonb)").format(s)
         self.fault_end = sql.SQL(
             "UPDATE {}.effects SET finished_at = clock_timestamp(), outcome = %s, reason = %s "
             "WHERE run_id = %s"
@@ -370,6 +376,8 @@ def fault_handler(ledgers: Ledgers) -> Callable[[Any], None]:
             behave = {k: v for k, v in behave.items() if k != "sleep"}
         outcome = "ok"
         try:
+            if payload.get("step"):
+                _durable_step(job, str(payload["step"]), ledgers)
             seconds = float(behave.get("sleep", 0) or 0)
             if seconds:
                 if behave.get("ignore"):
@@ -391,6 +399,23 @@ def fault_handler(ledgers: Ledgers) -> Callable[[Any], None]:
                 conn.execute(ledgers.fault_end, (outcome, job.signal.reason, run_id))
 
     return handle
+
+
+def _durable_step(job: Any, name: str, ledgers: Ledgers) -> None:
+    """``job.step(name, ...)`` whose function leaves a 'ran' row; the value it gave back is
+    written as a 'got' row (the ``step`` payload key of the fault handler)."""
+
+    def write(kind: str, value: object) -> None:
+        with ledgers.fault_pool().connection() as conn:
+            conn.execute(ledgers.step_row, (int(job.id), job.attempt, ledgers.pid, kind,
+                                            json.dumps(value)))
+
+    def run() -> dict[str, int]:
+        value = {"attempt": job.attempt, "pid": ledgers.pid}
+        write("ran", value)
+        return value
+
+    write("got", job.step(name, run))
 
 
 def register(worker: Worker, spec: dict[str, Any], ledgers: Ledgers) -> None:

@@ -51,8 +51,9 @@ class ControlVerbs:
         with self._lock:
             return dict(sorted(self._paused.items()))
 
-    def job_retry(self, job_id: str) -> bool:
-        """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
+    def job_retry(self, job_id: str, reset_steps: bool = False) -> bool:
+        """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept; its
+        durable steps kept, or cleared with ``reset_steps``.
 
         False (nothing changed) when the job is not FAILED, unknown, keyed while a
         PENDING job holds its key, or dead-lettered because of a parent that is still
@@ -71,6 +72,8 @@ class ControlVerbs:
             if self._graph.retry_refused(self._jobs, row):
                 return False
             now = self._read_clock()
+            if reset_steps:
+                row.steps.clear()
             revive(self._jobs, row, now)
             effects = self._graph.rearm(self._jobs, [row], now)
             if effects.due_types:

@@ -67,6 +67,9 @@ class JobRow:
     tags: tuple[str, ...] = ()
     #: The add's trace context (the jsonb column's object), None when it was not traced.
     trace_context: dict[str, str] | None = None
+    #: Durable steps (``job_steps`` on PostgreSQL): name -> the value's JSON encoding. On
+    #: the row, so they go wherever the row goes and vanish with it.
+    steps: dict[str, bytes] = field(default_factory=dict)
 
     def record_attempt(
         self, error: str | None, worker_id: str | None, now: datetime,
@@ -129,6 +132,7 @@ class JobRow:
             result=None if self.result is None else orjson.loads(self.result),
             errors=tuple(self.errors),
             tags=self.tags,
+            steps={name: orjson.loads(value) for name, value in self.steps.items()},
         )
 
 

@@ -35,6 +35,7 @@ from golemq_pg.store.memory._rows import (
     page,
 )
 from golemq_pg.store.memory._schedules import ScheduleBook
+from golemq_pg.store.memory._steps import StepVerbs
 from golemq_pg.store.memory._waiting import wait_for_job
 from golemq_pg.store.memory._workers import RegistryVerbs, WorkerBook
 from golemq_pg.store.memory._workflows import WorkflowVerbs
@@ -74,7 +75,7 @@ def utc_now() -> datetime:
 
 
 class InMemoryStore(
-    WorkflowVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs
+    WorkflowVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs, StepVerbs
 ):
     """The storage port kept in process memory, thread-safe, with the same guards.
 

@@ -34,7 +34,15 @@ from golemq_pg.store.port import (
     WorkflowCreated,
     WorkflowParams,
 )
-from golemq_pg.store.postgres import _cancel, _control, _dashboard, _metrics, _registry, _schedules
+from golemq_pg.store.postgres import (
+    _cancel,
+    _control,
+    _dashboard,
+    _metrics,
+    _registry,
+    _schedules,
+    _steps,
+)
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _workflows as workflows
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
@@ -301,11 +309,13 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
     dashboard_retry_dead_letters = async_verb(_dashboard.dashboard_retry_dead_letters)
     dashboard_pools = async_verb(_dashboard.dashboard_pools)
     metrics_type_gauges = async_verb(_metrics.metrics_type_gauges)
+    job_step_get = async_verb(_steps.job_step_get)
 
     async def job_wait(self, job_id: str, timeout: float | None) -> JobSummary:
         """Wait until the job is terminal and return it (see ``_async_waiters``): every
         waiting task shares one LISTEN connection and holds no pooled connection."""
-        return await self._shared.waiters.wait(job_id, timeout)
+        found = await self._shared.waiters.wait(job_id, timeout)
+        return (await self._run(_steps.attach_steps(self._shared.ctx, [found])))[0]
 
     async def _run(self, plan: Plan[R]) -> R:
         """Run a verb's plan on this store's connection for one verb."""

@@ -23,8 +23,9 @@ from golemq_pg.store.port import (
     Reclaimed,
 )
 from golemq_pg.store.postgres import _rows as rows
+from golemq_pg.store.postgres import _steps
 from golemq_pg.store.postgres._connections import StoreConnections, sync_verb
-from golemq_pg.store.postgres._plans import IN_TRANSACTION, Plan, PlanContext, Rows
+from golemq_pg.store.postgres._plans import IN_TRANSACTION, Atomic, Plan, PlanContext, Rows
 
 
 def type_pause(ctx: PlanContext, job_type: str, reason: str | None) -> Plan[PausedType]:
@@ -46,8 +47,9 @@ def type_paused(ctx: PlanContext) -> Plan[dict[str, PausedType]]:
     }
 
 
-def job_retry(ctx: PlanContext, job_id: str) -> Plan[bool]:
-    """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept.
+def job_retry(ctx: PlanContext, job_id: str, reset_steps: bool = False) -> Plan[bool]:
+    """FAILED -> PENDING due now, attempts 0, ``last_error`` cleared, history kept; its
+    durable steps kept, or deleted in the same transaction with ``reset_steps``.
 
     False (nothing changed) when the job is not FAILED, unknown, or keyed while a
     PENDING job holds its key.
@@ -56,6 +58,8 @@ def job_retry(ctx: PlanContext, job_id: str) -> Plan[bool]:
     if number is None:
         return False
     try:
+        if reset_steps:
+            return bool((yield Atomic(_retry_resetting(ctx, number))))
         return bool((yield Rows(ctx.queries["job_retry"], {"id": number})))
     except pg_errors.UniqueViolation:
         # A job of the same key was enqueued while this one was being revived. In a
@@ -63,6 +67,15 @@ def job_retry(ctx: PlanContext, job_id: str) -> Plan[bool]:
         if (yield IN_TRANSACTION):
             raise
         return False
+
+
+def _retry_resetting(ctx: PlanContext, number: int) -> Plan[bool]:
+    """The revival, then (only when it revived the job) its steps deleted: one transaction,
+    so no claim of the revived job can read the old steps."""
+    revived = bool((yield Rows(ctx.queries["job_retry"], {"id": number})))
+    if revived:
+        yield from _steps.reset_steps(ctx, number)
+    return revived
 
 
 def job_run_now(ctx: PlanContext, job_id: str) -> Plan[bool]:

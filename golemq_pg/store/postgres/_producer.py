@@ -23,6 +23,7 @@ from golemq_pg.store.postgres._plans import (
     Rows,
     channels,
 )
+from golemq_pg.store.postgres._steps import attach_steps
 
 #: Most node rows and edges of jobs gone one prune removes (the rest: the next prune).
 _GRAPH_PRUNE_BATCH = 10_000
@@ -114,7 +115,9 @@ def job_get(ctx: PlanContext, job_id: str) -> Plan[JobSummary | None]:
     if number is None:
         return None
     found = yield Rows(ctx.queries["job_get"], {"id": number})
-    return rows.summary(found[0]) if found else None
+    if not found:
+        return None
+    return (yield from attach_steps(ctx, [rows.summary(found[0])]))[0]
 
 
 def job_get_many(ctx: PlanContext, job_ids: Sequence[int]) -> Plan[list[JobSummary]]:
@@ -131,7 +134,8 @@ def job_find(ctx: PlanContext, params: FindParams) -> Plan[list[JobSummary]]:
     if params.tags:  # an empty list filters nothing, as on the in-memory store
         args["tags"] = list(params.tags)
         name = "job_find_tagged"
-    return [rows.summary(r) for r in (yield Rows(ctx.queries[name], args))]
+    found = [rows.summary(r) for r in (yield Rows(ctx.queries[name], args))]
+    return (yield from attach_steps(ctx, found))
 
 
 def job_payload(ctx: PlanContext, job_id: str) -> Plan[bytes | None]:

@@ -72,12 +72,15 @@ from golemq_pg.store.postgres._migrations import (
 from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._registry import RegistryVerbs
 from golemq_pg.store.postgres._schedules import ScheduleVerbs
+from golemq_pg.store.postgres._step_verbs import StepVerbs
+from golemq_pg.store.postgres._steps import attach_steps
 
 log = structlog.get_logger("golemq_pg.store.postgres")
 
 
 class PostgresStore(
-    CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs
+    CancelVerbs, ScheduleVerbs, RegistryVerbs, ControlVerbs, DashboardVerbs, MetricsVerbs,
+    StepVerbs,
 ):
     """The JobStore port on PostgreSQL (see the module docstring)."""
 
@@ -447,7 +450,8 @@ class PostgresStore(
         Every waiting thread shares the store's one LISTEN connection and holds no pooled
         connection while it waits (see ``_waiters``).
         """
-        return self._shared.waiters.wait(job_id, timeout)
+        found = self._shared.waiters.wait(job_id, timeout)
+        return self._run(attach_steps(self._shared.ctx, [found]))[0]
 
     # -- plumbing ----------------------------------------------------------------------------------
     def open_listener(self, dsn: str | None = None) -> Listener | None:
