@@ -86,7 +86,8 @@ def test_psql_install_commands_work(pg_dsn: str, doc_schema: str, variant: str) 
     if shutil.which("psql") is None:
         pytest.skip("psql is not installed")
     script = _sh_blocks_about("Installing the SQL with psql", variant)
-    script = re.sub(r"\bgolemq\b(?!-pg)", doc_schema, script)
+    # the schema is renamed, never the no-transaction marker ("-- golemq: no-transaction")
+    script = re.sub(r"\bgolemq\b(?!-pg|:)", doc_schema, script)
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=ROOT,
                           env=_env(pg_dsn), capture_output=True, text=True, timeout=120,
                           check=False)
