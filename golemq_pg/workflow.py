@@ -85,6 +85,15 @@ def check_policy(value: object) -> ParentFailurePolicy:
     )
 
 
+def check_policy_has_parents(policy: ParentFailurePolicy, has_parents: bool, field: str) -> None:
+    """A policy other than the default ``"fail"`` on a job without parents would be
+    accepted and never applied: refused, naming the field that gives parents."""
+    if policy != "fail" and not has_parents:
+        raise ValueError(
+            f"on_parent_failure={policy!r} needs parents: give {field}, or leave the default"
+        )
+
+
 def check_depends_on(depends_on: object) -> tuple[str, ...]:
     """``depends_on``: job ids (strings of digits, as ``queue.add`` returns them); None or
     empty: none. Duplicates collapse, order kept."""
@@ -215,6 +224,7 @@ class Workflow:
         parents = self._parents(after)
         if parents and spec.grouped:
             raise ValueError(f"job type {spec.type!r} is grouped: it cannot have parents")
+        check_policy_has_parents(spec.on_parent_failure, bool(parents), "after")
         node = WorkflowNode(len(self._jobs), spec.type)
         self._jobs.append(WorkflowJob(node, spec, parents))
         return node

@@ -72,6 +72,7 @@ from golemq_pg.workflow import (
     Workflow,
     check_depends_on,
     check_policy,
+    check_policy_has_parents,
     job_spec,
     when,
 )
@@ -163,6 +164,7 @@ def add(
     parents = check_depends_on(depends_on)
     if parents and spec.grouped:
         raise ValueError(f"job type {spec.type!r} is grouped: it cannot have depends_on")
+    check_policy_has_parents(spec.on_parent_failure, bool(parents), "depends_on")
     params = _enqueue_params(q, spec, parents)
     name, scope_v = spec.type, spec.scope
     result: EnqueueResult
@@ -251,6 +253,7 @@ def add_many(
     parents = check_depends_on(depends_on)
     if parents and grouped:
         raise ValueError(f"job type {name!r} is grouped: it cannot have depends_on")
+    check_policy_has_parents(policy, bool(parents), "depends_on")
     encoded = encode_payloads(name, payloads)
     if not encoded:
         return 0

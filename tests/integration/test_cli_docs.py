@@ -92,6 +92,7 @@ def test_psql_install_commands_work(pg_dsn: str, doc_schema: str, variant: str) 
                           env=_env(pg_dsn), capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
+    assert "failed" not in done.stderr, done.stderr
     migrate = subprocess.run([sys.executable, "-m", "golemq_pg.cli", "--schema", doc_schema,
                               "migrate"], env=_env(pg_dsn), capture_output=True, text=True,
                              timeout=60, check=False)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from golemq_pg import PostgresStore, Queue, QueueConfigError, Worker
+from golemq_pg import PostgresStore, Queue, QueueConfigError, Worker, Workflow
 from tests.support.cli import assert_clean_failure, run_cli
 from tests.support.store_port import count_rows
 
@@ -23,6 +23,25 @@ def test_replace_without_a_dedupe_key_is_refused(store: Any) -> None:
     first = queue.add("t", {"n": 1}, dedupe_key="k", on_duplicate="replace")
     assert queue.add("t", {"n": 2}, dedupe_key="k", on_duplicate="replace") == first
     assert queue.add("t", {"n": 3}) is not None
+
+
+def test_a_parent_failure_policy_without_parents_is_refused(store: Any) -> None:
+    queue = Queue(store)
+    with pytest.raises(ValueError, match="'cancel' needs parents: give depends_on"):
+        queue.add("t", {"n": 1}, on_parent_failure="cancel")
+    with pytest.raises(ValueError, match="on_parent_failure='run' needs parents: give depends_on"):
+        queue.add_many("t", [{"n": 1}], on_parent_failure="run")
+    wf = Workflow("w")
+    with pytest.raises(ValueError, match="on_parent_failure='run' needs parents: give after"):
+        wf.add("t", {"n": 1}, on_parent_failure="run")
+    assert count_rows(store) == 0
+    # With parents each policy is taken; "fail" (the default) without parents is a plain add.
+    parent = queue.add("t", {"n": 2})
+    assert parent is not None
+    assert queue.add("t", {"n": 3}, depends_on=[parent], on_parent_failure="cancel") is not None
+    node = wf.add("t", {"n": 4})
+    wf.add("t", {"n": 5}, after=[node], on_parent_failure="run")
+    assert queue.add("t", {"n": 6}, on_parent_failure="fail") is not None
 
 
 @pytest.mark.parametrize(
