@@ -588,6 +588,20 @@ def test_a_dependent_failed_by_its_own_handler_is_retried_as_any_job(
     assert status(store, kid) is JobStatus.PENDING
 
 
+def test_a_dependent_is_not_retried_while_a_parent_is_failed(store: JobStore) -> None:
+    parent = add(store, "p")
+    kid = child(store, "c", parent, policy="run")
+    fail(store, "p")
+    assert status(store, kid) is JobStatus.PENDING  # "run": due anyway
+    fail(store, "c")  # and dead-lettered by its own handler
+    assert store.job_retry(kid) is False  # its parent is still FAILED
+    assert status(store, kid) is JobStatus.FAILED
+    assert store.job_retry(parent) is True
+    assert status(store, kid) is JobStatus.FAILED  # it did not fail because of the parent
+    assert store.job_retry(kid) is True
+    assert status(store, kid) is JobStatus.WAITING  # for its parent again
+
+
 def test_delete_on_deletes_only_the_finished_jobs_no_child_waits_for(store: JobStore) -> None:
     parent = add(store, "p")
     lonely = add(store, "p")

@@ -186,18 +186,20 @@ class Graph:
 
     # -- retry ------------------------------------------------------------------------------
     def retry_refused(self, table: JobTable, row: JobRow) -> bool:
-        """Whether ``job_retry`` must refuse ``row``: it failed because of a parent (its
-        "fail" policy) and a parent of it is FAILED now, or gone while not SUCCEEDED."""
-        node = self.nodes.get(row.id)
-        if node is None or node.failed_parent is None or node.policy != "fail":
-            return False
+        """Whether ``job_retry`` must refuse ``row`` (``retry_job``, 0016): a parent of it is
+        FAILED now (whatever failed the job itself), or the parent that failed it is gone
+        (cancelled, pruned) and its policy is not "run"."""
         for parent in self.parents.get(row.id, ()):
             found = table.rows.get(parent)
             if found is not None and found.status is JobStatus.FAILED:
                 return True
-            if found is None and (parent in self.cancelled or parent == node.failed_parent):
-                return True
-        return False
+        node = self.nodes.get(row.id)
+        return (
+            node is not None
+            and node.failed_parent is not None
+            and node.policy != "run"
+            and node.failed_parent not in table.rows
+        )
 
     def rearm(self, table: JobTable, revived: list[JobRow], now: datetime) -> Effects:
         """Put revived dead letters (already PENDING, due now) back in the graph: one with
