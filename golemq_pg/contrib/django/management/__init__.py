@@ -1,0 +1,1 @@
+"""Management commands of ``golemq_pg.contrib.django``."""

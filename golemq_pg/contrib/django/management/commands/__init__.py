@@ -1,0 +1,1 @@
+"""``golemq_worker``."""
