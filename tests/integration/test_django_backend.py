@@ -19,7 +19,8 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from golemq_pg import Queue
-from golemq_pg.contrib.django._stores import close_stores, database_dsn
+from golemq_pg.contrib.django import close_stores
+from golemq_pg.contrib.django._stores import database_dsn
 from golemq_pg.contrib.django._tasks_api import (
     InvalidTask,
     TaskResult,

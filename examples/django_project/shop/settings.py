@@ -43,7 +43,26 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-example-key-change-me
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 
-INSTALLED_APPS = ["orders"]
+try:
+    import django.tasks  # noqa: F401 - Django >= 6.0 has the Tasks API built in
+except ImportError:  # Django 4.2-5.2: the django-tasks backport is an app of its own
+    _TASKS_APP = ["django_tasks"]
+else:
+    _TASKS_APP = []
+
+# golemq_pg.contrib.django: `manage.py golemq_worker`, and `migrate` applies golemq-pg's
+# migrations (the queue's schema) after Django's.
+INSTALLED_APPS = [*_TASKS_APP, "golemq_pg.contrib.django", "orders"]
+
+# Django's Tasks API on golemq-pg: without a "dsn" the jobs are written on Django's own
+# connection (DATABASES["default"]), so they commit with the request's transaction.
+TASKS = {
+    "default": {
+        "BACKEND": "golemq_pg.contrib.django.GolemqBackend",
+        "QUEUES": [],  # any queue_name
+        "OPTIONS": {"schema": GOLEMQ_SCHEMA, "max_attempts": 3},
+    }
+}
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "shop.urls"
 USE_TZ = True

@@ -8,17 +8,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.db import connection
+from psycopg.conninfo import make_conninfo
 
-from shop.jobqueue import close_queue, database_dsn
+from golemq_pg.contrib.django import close_stores
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _queue_store_closed_at_the_end(django_db_setup: None) -> Iterator[None]:
-    """Close the store's pool before pytest-django drops the test database."""
+def _backend_pools_closed(django_db_setup: None) -> Iterator[None]:
+    """Close the backend's pools before pytest-django drops the test database."""
     yield
-    close_queue()
+    close_stores()
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +34,10 @@ def worker_process(
     (``django_db(transaction=True)``).
     """
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    env = {**os.environ, "GOLEMQ_DSN": database_dsn()}
+    # The project's DSN, on the test database pytest-django created (its settings read
+    # GOLEMQ_DSN: the worker's DATABASES["default"] is then the test database too).
+    dsn = make_conninfo(settings.GOLEMQ_DSN, dbname=connection.settings_dict["NAME"])
+    env = {**os.environ, "GOLEMQ_DSN": dsn}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "golemq_worker"],
@@ -40,7 +46,7 @@ def worker_process(
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)  # graceful: in-flight jobs finish
+        proc.send_signal(signal.SIGTERM)  # graceful: in-flight tasks finish
         try:
             code = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -1,22 +1,30 @@
-"""Placing orders: the order row and its job commit together, and a worker process
+"""Placing orders: the order row and its task commit together, and a worker process
 confirms the order through the ORM. Real PostgreSQL, real transactions, a real worker."""
 
 import json
 import subprocess
+import time
+from typing import Any
 
-import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import Client
 
-from golemq_pg import JobStatus, Queue
-from orders.jobs import OrderConfirm
 from orders.models import Order
 from orders.services import place_order
-from shop.jobqueue import get_queue, get_store
+from orders.tasks import confirm_order
 
-# Transactional tests: Django commits for real, so other connections (the store's pool, the
-# worker process) see exactly what a production request would have committed.
+try:
+    from django.tasks import TaskResultStatus
+    from django.tasks.exceptions import TaskResultDoesNotExist
+except ImportError:  # Django < 6.0: the django-tasks backport
+    from django_tasks import TaskResultStatus  # type: ignore[assignment]
+    from django_tasks.exceptions import (  # type: ignore[assignment]
+        TaskResultDoesNotExist,
+    )
+
+# Transactional tests: Django commits for real, so other connections (the backend's pool,
+# the worker process) see exactly what a production request would have committed.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -24,20 +32,27 @@ class PaymentDeclinedError(Exception):
     """Something failing later in the caller's transaction."""
 
 
-def test_the_job_is_written_inside_djangos_own_transaction() -> None:
+def finished(result_id: str, timeout: float = 30) -> Any:
+    """The task's result once it is SUCCESSFUL or FAILED."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = confirm_order.get_result(result_id)
+        if result.is_finished:
+            return result
+        assert time.monotonic() < deadline, f"task {result_id} still {result.status}"
+        time.sleep(0.1)
+
+
+def test_the_task_is_enqueued_inside_djangos_own_transaction() -> None:
     with transaction.atomic():
-        order, job_id = place_order("book", 1)
-        django_conn = connection.connection
-        assert isinstance(django_conn, psycopg.Connection)  # Django's psycopg 3 backend
-        # On Django's connection the job is there; from any other connection it is not yet.
-        assert Queue(get_store().with_connection(django_conn)).get(job_id) is not None
-        assert get_queue().get(job_id) is None
-    committed = get_queue().get(job_id)
-    assert committed is not None
-    assert committed.scope == ("Order", str(order.pk))
+        _order, result_id = place_order("book", 1)
+        # Written on Django's connection: the backend's own pool cannot see it yet.
+        with pytest.raises(TaskResultDoesNotExist):
+            confirm_order.get_result(result_id)
+    assert confirm_order.get_result(result_id).status == TaskResultStatus.READY
 
 
-def test_a_rolled_back_order_leaves_neither_the_row_nor_the_job() -> None:
+def test_a_rolled_back_order_leaves_neither_the_row_nor_the_task() -> None:
     placed: list[tuple[Order, str]] = []
 
     def checkout() -> None:
@@ -47,33 +62,30 @@ def test_a_rolled_back_order_leaves_neither_the_row_nor_the_job() -> None:
 
     with pytest.raises(PaymentDeclinedError):
         checkout()
-    [(order, job_id)] = placed
+    [(order, result_id)] = placed
     assert not Order.objects.filter(pk=order.pk).exists()
-    assert get_queue().get(job_id) is None
-    assert get_queue().find_for_scope(("Order", str(order.pk))) == []
+    with pytest.raises(TaskResultDoesNotExist):
+        confirm_order.get_result(result_id)
 
 
-def test_a_placed_order_commits_with_its_pending_job(client: Client) -> None:
+def test_a_placed_order_commits_with_its_ready_task(client: Client) -> None:
     response = client.post("/orders/", json.dumps({"item": "lamp", "quantity": 3}),
                            content_type="application/json")
     assert response.status_code == 201
     body = response.json()
     order = Order.objects.get(pk=body["id"])
     assert (order.item, order.quantity, order.status) == ("lamp", 3, Order.Status.PENDING)
-    job = get_queue().get(body["job_id"])
-    assert job is not None
-    assert (job.type, job.status, job.scope) == (
-        "order.confirm", JobStatus.PENDING, ("Order", str(order.pk))
-    )
+    result = confirm_order.get_result(body["job_id"])
+    assert result.status == TaskResultStatus.READY
+    assert result.args == [order.pk]
 
 
 def test_a_bad_order_is_refused_and_enqueues_nothing(client: Client) -> None:
-    jobs_before = len(get_queue().find(types=["order.confirm"], limit=10_000))
     response = client.post("/orders/", json.dumps({"item": "lamp", "quantity": 0}),
                            content_type="application/json")
     assert response.status_code == 400
     assert not Order.objects.exists()
-    assert len(get_queue().find(types=["order.confirm"], limit=10_000)) == jobs_before
+    assert "job_id" not in response.json()
 
 
 def test_the_worker_process_confirms_the_order_through_the_orm(
@@ -81,22 +93,20 @@ def test_the_worker_process_confirms_the_order_through_the_orm(
 ) -> None:
     created = client.post("/orders/", json.dumps({"item": "chair", "quantity": 1}),
                           content_type="application/json").json()
-    done = get_queue().wait(created["job_id"], timeout=30)
-    assert done.status is JobStatus.SUCCEEDED
-    assert done.result == {"status": "confirmed"}
+    result = finished(created["job_id"])
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"status": "confirmed"}
     order = Order.objects.get(pk=created["id"])
     assert order.status == Order.Status.CONFIRMED
     assert order.confirmed_at is not None
     assert client.get(f"/orders/{order.pk}/").json()["status"] == "confirmed"
 
 
-def test_a_job_for_a_missing_order_fails_without_retrying(
+def test_a_task_for_a_missing_order_fails_without_retrying(
     worker_process: subprocess.Popen[bytes],
 ) -> None:
-    job_id = get_queue().add(OrderConfirm, {"order_id": 2**62})
-    assert job_id is not None
-    done = get_queue().wait(job_id, timeout=30)
-    assert done.status is JobStatus.FAILED
-    assert done.attempts == 1
-    assert done.last_error is not None
-    assert "order not found" in done.last_error
+    result = finished(confirm_order.enqueue(2**62).id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    [error] = result.errors
+    assert "order not found" in error.traceback

@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from golemq_pg.contrib.django._stores import close_stores
     from golemq_pg.contrib.django.backend import GolemqBackend
     from golemq_pg.contrib.django.middleware import ConnectionHygiene
 
@@ -20,9 +21,10 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "ConnectionHygiene": "golemq_pg.contrib.django.middleware",
     "GolemqBackend": "golemq_pg.contrib.django.backend",
+    "close_stores": "golemq_pg.contrib.django._stores",
 }
 
-__all__ = ["ConnectionHygiene", "GolemqBackend"]
+__all__ = ["ConnectionHygiene", "GolemqBackend", "close_stores"]
 
 
 def __getattr__(name: str) -> Any:
