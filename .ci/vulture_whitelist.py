@@ -6,3 +6,7 @@ that are used, each with the reason. Read by vulture only, never imported."""
 # scope, Worker).
 exc_type  # noqa: B018
 tb  # noqa: B018
+
+# The middleware protocols (golemq_pg.worker.middleware): around / around_async take
+# call_next, which the protocol's own bodies (documentation only) do not call.
+call_next  # noqa: B018

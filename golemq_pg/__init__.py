@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from golemq_pg.queue import AsyncQueue, Queue
     from golemq_pg.store import InMemoryStore, JobStore, PostgresStore
     from golemq_pg.store.postgres import AsyncPostgresStore
-    from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Worker
+    from golemq_pg.worker import BatchEvent, CancelSignal, JobEvent, Middleware, Worker
     from golemq_pg.workflow import Workflow
 
 #: Where each public name lives. Imported on first use (PEP 562), so ``import golemq_pg``
@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "JobSummary": "golemq_pg._types",
     "JobType": "golemq_pg._types",
     "LifecycleObserver": "golemq_pg._types",
+    "Middleware": "golemq_pg.worker",
     "MigrationLockTimeout": "golemq_pg.errors",
     "PausedType": "golemq_pg._types",
     "PostgresStore": "golemq_pg.store",
@@ -99,6 +100,7 @@ __all__ = [
     "JobSummary",
     "JobType",
     "LifecycleObserver",
+    "Middleware",
     "MigrationLockTimeout",
     "PausedType",
     "PostgresStore",

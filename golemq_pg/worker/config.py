@@ -33,6 +33,7 @@ from golemq_pg._validation import (
     to_seconds,
 )
 from golemq_pg.errors import QueueConfigError
+from golemq_pg.worker.middleware import Middleware, check_middleware
 
 #: The most jobs one claim may ask for: bounds one round trip and one buffer refill.
 MAX_BATCH_SIZE = 10_000
@@ -73,6 +74,7 @@ class WorkerOptions(TypedDict, total=False):
     delete_on: DeleteOn
     listen_dsn: str | None
     max_concurrency: int | None
+    middleware: Sequence[Middleware]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,8 @@ class WorkerConfig:
     #: Most jobs held (claimed, running) at once across all the worker's types (None: no
     #: cap beyond each handler's ``concurrency``).
     max_concurrency: int | None = None
+    #: Around each attempt, outermost first (composed into each handler when registered).
+    middleware: tuple[Middleware, ...] = ()
 
     def lease_seconds(self, timeout: float | None) -> float:
         """The lease a claim of a type with handler ``timeout`` asks for: ``lease_duration``
@@ -343,6 +347,7 @@ def build_config(options: WorkerOptions) -> WorkerConfig:
         delete_on=deleting,
         listen_dsn=listen,
         max_concurrency=cap_all,
+        middleware=check_middleware(get("middleware", ())),
     )
 
 

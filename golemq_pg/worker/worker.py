@@ -55,6 +55,7 @@ from golemq_pg.worker.heap import freeze_startup_heap
 from golemq_pg.worker.leases import LeaseRenewer, renew_interval
 from golemq_pg.worker.listener import ListenerThread, open_listener
 from golemq_pg.worker.maintenance import Maintenance
+from golemq_pg.worker.middleware import check_covered, with_middleware
 from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.poolclaim import CompletionClaims, claim_targets
@@ -143,8 +144,8 @@ class Worker:
     lease_renew_interval=None, lease_grace=30, base_backoff=2, max_backoff=300,
     abandon_grace=5, shutdown_grace=15, default_max_attempts=3, worker_id=None,
     resources=None, retention=None, observers=(), retry_strategy=None, delete_on="never",
-    listen_dsn=None, max_concurrency=None``), each validated here (``QueueConfigError``);
-    README.md documents their meaning.
+    listen_dsn=None, max_concurrency=None, middleware=()``), each validated here
+    (``QueueConfigError``); README.md documents their meaning.
     Leases: without ``lease_duration``, a type with a ``timeout`` gets ``timeout +
     lease_grace`` written once at claim, and a type without one gets ``lease_grace``
     renewed every ``lease_grace / 3`` while it runs (so long jobs are never reaped while
@@ -162,6 +163,13 @@ class Worker:
     across all its types, dealt out round robin between the types (None: no worker-wide
     cap). Handlers can be added (:meth:`handler`), removed (:meth:`remove_handler`) and
     resized (:meth:`set_concurrency`) while the worker runs.
+
+    ``middleware``: objects run around each attempt, outermost first: ``around(job,
+    call_next)`` around plain handlers, ``async def around_async(job, call_next)`` around
+    ``async def`` ones (``job``: the JobEvent, or a grouped handler's BatchEvent). What one
+    raises or returns is the attempt's outcome, as for the handler; a handler whose kind
+    some middleware has no method for is refused at :meth:`start` (and when registered on a
+    running worker) with ``QueueConfigError``. See :mod:`golemq_pg.worker.middleware`.
 
     ``listen_dsn``: where the worker's LISTEN connection goes instead of the store's
     database, e.g. PostgreSQL directly while the store's pool goes through PgBouncer
@@ -301,7 +309,7 @@ class Worker:
             )
 
         def register(fn: Callable[..., object]) -> None:
-            spec = build_spec(job_type, fn, **options)
+            spec = with_middleware(build_spec(job_type, fn, **options), self.config.middleware)
             with self._change_lock, self._state_lock:
                 if self._state == "stopping":
                     raise QueueConfigError("the worker is stopping: no handler can be added")
@@ -356,6 +364,7 @@ class Worker:
         handlers = self._handlers if handlers is None else handlers
         handlers.check_startup()
         cfg = self.config
+        check_covered(handlers, cfg.middleware)
         if cfg.lease_duration is None and cfg.lease_grace <= 0:
             untimed = [spec.type for spec in handlers if spec.timeout is None]
             if untimed:

@@ -23,6 +23,8 @@ SURFACE: dict[str, tuple[str, ...]] = {
         "PreparedStatementsUnsupported", "JobAborted",
         # System errors to observers (on_error)
         "WorkerError",
+        # Middleware around each attempt (Worker(middleware=...))
+        "Middleware",
     ),
     "golemq_pg.web": ("create_app",),
     "golemq_pg.metrics": ("PrometheusObserver", "QueueCollector"),
