@@ -71,13 +71,15 @@ def build_worker(
 ) -> Worker:
     """A Worker (on a store of its own) with a handler for every task of ``backend_alias``
     found by :func:`task_modules`; only those declared on ``queues`` when it is not empty.
-    ``concurrency``: attempts of one task at once, and of all of them (``max_concurrency``)."""
+    ``concurrency``: attempts of one task at once, and of all of them (``max_concurrency``).
+    Django's connection hygiene (:class:`ConnectionHygiene`) is the outermost middleware."""
     backend = golemq_backend(backend_alias)
     options = backend.golemq_options
     wanted = set(queues)
     tasks = discover_tasks(backend_alias, task_modules(options.modules))
+    middleware = [ConnectionHygiene(), *worker_options.pop("middleware", ())]
     worker = Worker(_worker_store(options, concurrency), max_concurrency=concurrency,
-                    **worker_options)
+                    middleware=middleware, **worker_options)
     for module_path, task in sorted(tasks.items()):
         if wanted and task.queue_name not in wanted:
             continue
@@ -95,16 +97,10 @@ def _worker_store(options: StoreOptions, concurrency: int) -> PostgresStore:
                                  max_size=max(4, min(concurrency + 4, 32)))
 
 
-_HYGIENE = ConnectionHygiene()
-
-
 def _sync_handler(task: Task[..., Any], alias: str, worker: Worker) -> Any:
     def run_task(job: JobEvent[dict[str, Any]]) -> dict[str, Any]:
-        def attempt(event: JobEvent[dict[str, Any]]) -> dict[str, Any]:
-            args, kwargs = _call_arguments(task, alias, worker, event)
-            return _stored(task.func(*args, **kwargs))
-
-        return dict(_HYGIENE.around(job, attempt))
+        args, kwargs = _call_arguments(task, alias, worker, job)
+        return _stored(task.func(*args, **kwargs))
 
     run_task.__qualname__ = run_task.__name__ = f"task:{task.module_path}"
     return run_task
@@ -112,11 +108,8 @@ def _sync_handler(task: Task[..., Any], alias: str, worker: Worker) -> Any:
 
 def _async_handler(task: Task[..., Any], alias: str, worker: Worker) -> Any:
     async def run_task(job: JobEvent[dict[str, Any]]) -> dict[str, Any]:
-        async def attempt(event: JobEvent[dict[str, Any]]) -> dict[str, Any]:
-            args, kwargs = _call_arguments(task, alias, worker, event)
-            return _stored(await task.func(*args, **kwargs))
-
-        return dict(await _HYGIENE.around_async(job, attempt))
+        args, kwargs = _call_arguments(task, alias, worker, job)
+        return _stored(await task.func(*args, **kwargs))
 
     run_task.__qualname__ = run_task.__name__ = f"task:{task.module_path}"
     return run_task
