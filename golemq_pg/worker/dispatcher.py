@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from golemq_pg.worker.blocked import BlockedReporter
     from golemq_pg.worker.pool import TypePool
-    from golemq_pg.worker.runtime import Runtime
+    from golemq_pg.worker.runtime import Runtime, SelfClaimingPool
 
 log = structlog.get_logger("golemq_pg.worker.dispatcher")
 
@@ -61,47 +61,60 @@ LISTENER_CLAIM_MAX = 0.05
 
 
 class EmptyQueueWatch:
-    """What ``run_until_empty()`` waits for: the claim loop found nothing due, for every type
-    it handles, while nothing was held, written or running (``drained``)."""
+    """What ``run_until_empty()`` waits for (``drained``): a stretch in which this worker
+    held, wrote and ran nothing, and every type it handles was asked for due work, by the
+    claim loop for the buffered types and by their own threads for the transactional ones,
+    with claims begun after the stretch did, and none found any.
+
+    A stretch begins on a pass that finds the worker idle and ends when anything is leased
+    or a transactional handler finishes (``Runtime.activity`` moves): the jobs this
+    worker's own completions released from WAITING, and those its handlers added, were
+    committed before the stretch began, so its claims see them, notification or not.
+    """
 
     def __init__(self) -> None:
         self.drained = threading.Event()
-        #: Types asked by the empty claims since the last one that found work.
+        #: Types asked by the empty claims of the current stretch.
         self._asked: set[str] = set()
+        #: ``Runtime.activity`` when the current stretch began (None: no stretch).
+        self._since: int | None = None
+        #: Per transactional type, the mark of the claim the stretch asked it for.
+        self._marks: dict[str, int] = {}
 
     def reset(self) -> None:
         """Look again (parked jobs were made due)."""
         self._asked.clear()
+        self._since = None
         self.drained.clear()
 
-    def after_claim(self, *, got_jobs: bool, idle: bool, hinted: bool, asked: Sequence[str],
-                    open_types: Sequence[str], held_back: bool, maintained: bool,
-                    poll_interval: float) -> float | None:
-        """Note one claim of the types ``asked``; a pause the loop must take now, or None.
-
-        ``idle``: the worker held nothing when the pass began; ``hinted``: a hint arrived
-        during the claim; ``held_back``: a guard kept due work back; ``maintained``: the
-        first reaper pass is done.
-        """
-        if got_jobs or not idle:
+    def begin(self, activity: int, tx_pools: Mapping[str, SelfClaimingPool]) -> None:
+        """The worker is idle and nothing happened since ``activity`` was read (before the
+        idle check): go on with the stretch begun then, or begin one, asking every
+        transactional type to claim again."""
+        marks = self._marks
+        if self._since != activity:
+            self._since = activity
             self._asked.clear()
-        if got_jobs or not idle or hinted:
-            return None
-        self._asked.update(asked)
-        if not self._asked.issuperset(open_types):
-            # batch_size left some types out of the empty claims so far: ask them before
-            # calling the queue empty (the rotation puts them first next time).
-            return 0.0
-        if held_back:
-            # Due work held back by a guard (another process's lease, a pool's budget) is
-            # still due: run_until_empty keeps polling until it runs or the timeout ends.
-            return poll_interval
-        if not maintained:
-            # The first reaper pass may still return a crashed worker's jobs; it wakes the
-            # loop when done.
-            return poll_interval
-        self.drained.set()
-        return None
+            marks.clear()
+        for name, pool in tx_pools.items():
+            if name not in marks:  # also a type added while the stretch went on
+                marks[name] = pool.look_again()
+
+    def settled(self, activity: int, tx_pools: Mapping[str, SelfClaimingPool]) -> bool:
+        """Whether the stretch still holds (nothing leased or finished since it began) and
+        every transactional type has looked since, found nothing and runs nothing."""
+        if self._since is None or self._since != activity:
+            return False
+        marks = self._marks
+        return all(name in marks and pool.looked_since(marks[name])
+                   for name, pool in tx_pools.items())
+
+    def asked(self, types: Sequence[str], open_types: Sequence[str]) -> bool:
+        """Note an empty claim of ``types`` in the stretch; whether the stretch's empty
+        claims have now asked for every type in ``open_types`` (batch_size may leave some
+        out of one claim)."""
+        self._asked.update(types)
+        return self._asked.issuperset(open_types)
 
 
 class ClaimLoop(Service):
@@ -231,8 +244,8 @@ class ClaimLoop(Service):
             if not with_scheduled or not self.runtime.store.job_run_now_types(types):
                 return True
             # Nothing runs and nothing is held (that is what drained means): claim again.
-            # Every pool is hinted before the flag drops, so no pass in between can find the
-            # transactional pools idle on their last, empty, claim and call it drained.
+            # The reset ends the stretch, so the next one asks every type again, the
+            # transactional ones included.
             self.poll_now()
             self.empty.reset()
             self.runtime.wake.set()
@@ -260,14 +273,13 @@ class ClaimLoop(Service):
 
     def _iteration(self) -> float | None:
         """One pass: claim if anything calls for it; the pause to take after it."""
-        runtime = self.runtime
         pools = list(self.pools.values())
         now = time.monotonic()
-        idle = runtime.until_empty and not self.empty.drained.is_set() and self._idle()
+        idle = self._idle_stretch()
         if not pools:
             # Only transactional types (or none): they claim by themselves.
-            if idle and runtime.maintained.is_set():
-                self.empty.drained.set()
+            if idle:
+                self._check_drained()
             return None
         if self._writes_backlogged():
             return None  # the completer is behind: its next flush wakes us
@@ -284,11 +296,48 @@ class ClaimLoop(Service):
         if claimed is None:
             return 0.0  # backed off inside _claim
         jobs, blocked, hinted = claimed
-        pause = self.empty.after_claim(
-            got_jobs=bool(jobs), idle=idle, hinted=hinted, asked=[slot.type for slot in slots],
-            open_types=[pool.type for pool, _ in open_pools], held_back=bool(blocked),
-            maintained=runtime.maintained.is_set(), poll_interval=self.poll_interval)
-        return pause if pause is not None else self._pause_after(bool(jobs), bool(blocked), idle)
+        if idle and not jobs and not hinted:
+            if not self.empty.asked([slot.type for slot in slots],
+                                    [pool.type for pool, _ in open_pools]):
+                # batch_size left some types out of the empty claims so far: ask them
+                # before calling the queue empty (the rotation puts them first next time).
+                return 0.0
+            if blocked:
+                # Due work held back by a guard (another process's lease, a pool's budget)
+                # is still due: run_until_empty keeps polling until it runs or the timeout.
+                return self.poll_interval
+            if not self._check_drained():
+                # A transactional type still looking wakes us when its claim comes back
+                # empty; the first reaper pass, when it is done.
+                return max(self._next_poll - time.monotonic(), 0.0)
+            return None
+        return self._pause_after(bool(jobs), bool(blocked), idle)
+
+    def _idle_stretch(self) -> bool:
+        """Whether this pass is part of run_until_empty's idle stretch (beginning one if
+        the worker just became idle): nothing held, nothing to write, nothing running."""
+        runtime = self.runtime
+        if not runtime.until_empty or self.empty.drained.is_set():
+            return False
+        # Read before the idle check: anything leased or finished after it ends the stretch.
+        activity = runtime.activity
+        if self._busy():
+            return False
+        self.empty.begin(activity, runtime.tx_pools)
+        return True
+
+    def _check_drained(self) -> bool:
+        """Set :attr:`EmptyQueueWatch.drained` if the stretch settled it (the buffered
+        types' empty claims already counted); whether it did."""
+        runtime = self.runtime
+        if not runtime.maintained.is_set():
+            # The first reaper pass may still return a crashed worker's jobs; it wakes the
+            # loop when done.
+            return False
+        if self._busy() or not self.empty.settled(runtime.activity, runtime.tx_pools):
+            return False
+        self.empty.drained.set()
+        return True
 
     def _pause_after(self, got_jobs: bool, held_back: bool, idle: bool) -> float:
         """The pause after a claim that did not settle run_until_empty's question."""
@@ -302,10 +351,6 @@ class ClaimLoop(Service):
             # handler thread woke for the jobs this one buffered).
             return until_poll
         return 0.0
-
-    def _idle(self) -> bool:
-        """Nothing held, nothing to write, no transactional handler busy."""
-        return not self._busy() and self.runtime.tx_idle()
 
     def _open_pools(self, pools: list[TypePool]) -> list[tuple[TypePool, int]]:
         """The pools with free room and that room, in this pass's rotation order. The
@@ -461,6 +506,8 @@ class ClaimLoop(Service):
 
     def _distribute(self, jobs: list[ClaimedJob], claimed_at: float) -> dict[str, int]:
         """Put claimed jobs into their types' buffers; returns units per type."""
+        if jobs:
+            self.runtime.touch()  # before any unit is held: see Runtime.activity
         pools = self.pools
         received = time.monotonic()  # when the jobs started waiting in a buffer
         counts: dict[str, int] = {}

@@ -10,6 +10,7 @@ seen here through the small protocols below.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -44,8 +45,12 @@ class SharedPool(UnitPool, Protocol):
 class SelfClaimingPool(SharedPool, Protocol):
     """A transactional pool: its own threads claim, one job per transaction."""
 
-    def idle(self) -> bool:
-        """Nothing running and the last claim found nothing due."""
+    def look_again(self) -> int:
+        """Make the threads claim again now; a mark for :meth:`looked_since`."""
+
+    def looked_since(self, mark: int) -> bool:
+        """Nothing running, and a claim begun after :meth:`look_again` returned ``mark``
+        found nothing due."""
 
 
 class Runtime:
@@ -96,6 +101,11 @@ class Runtime:
         self.stopping = False
         #: Set by ``run_until_empty``: the claim loop reports when the queue is drained.
         self.until_empty = until_empty
+        #: Changes (never back to an earlier value) whenever this worker leases a job and
+        #: whenever a transactional handler has finished: run_until_empty's drain check
+        #: tells by it whether anything ran since it began to look (see :meth:`touch`).
+        self.activity = 0
+        self._ticks = itertools.count(1)
         #: Set after the first maintenance pass (expired leases reaped once), so that
         #: ``run_until_empty`` also runs the jobs of a crashed worker.
         self.maintained = threading.Event()
@@ -164,9 +174,11 @@ class Runtime:
             out.extend(pool.active.copy().values())
         return out
 
-    def tx_idle(self) -> bool:
-        """Every transactional type is idle and found nothing due last time it looked."""
-        return all(pool.idle() for pool in self.tx_pools.values())
+    def touch(self) -> None:
+        """Note that work was leased or done (see :attr:`activity`). Every call stores a
+        value never stored before (``next`` on the counter is atomic), so a reader that
+        compares two reads sees any call between them, even among racing threads."""
+        self.activity = next(self._ticks)
 
     def held_units(self) -> list[Unit]:
         """Units whose outcome is still open (their leases matter)."""

@@ -147,8 +147,10 @@ class TransactionalPool:
         #: delete_on "success" or "always": the completion deletes the row (same statement).
         self._delete_succeeded = (spec.delete_on or runtime.config.delete_on) != "never"
         self.active: dict[tuple[str, int], Unit] = {}
-        #: Set when a claim found nothing due; cleared when one found a job.
+        #: Set when a claim found nothing due; cleared when one found a job, or by a hint.
         self.empty = threading.Event()
+        #: The hint count seen when the claim that set :attr:`empty` began.
+        self._looked = 0
         self._cond = threading.Condition()
         #: Bumped by every hint, so one that arrives during a claim is not slept through.
         self._hints = 0
@@ -224,9 +226,22 @@ class TransactionalPool:
     def write_off(self, slot: Slot) -> None:
         """Transactional threads own their transaction: they are never replaced."""
 
-    def idle(self) -> bool:
-        """Nothing running and the last claim found nothing due."""
-        return not self.active and self.empty.is_set()
+    def look_again(self) -> int:
+        """Make the threads claim again now (a hint); the mark :meth:`looked_since` takes.
+
+        run_until_empty asks this of every transactional type once the worker looks idle:
+        an empty claim from before then proves nothing about the jobs this worker's own
+        completions released or its handlers added since (their notifications may still be
+        on the way)."""
+        with self._cond:
+            self.hint()
+            return self._hints
+
+    def looked_since(self, mark: int) -> bool:
+        """Nothing running, and a claim begun after :meth:`look_again` returned ``mark``
+        found nothing due (a later hint asks for a later claim still)."""
+        with self._cond:
+            return not self.active and self.empty.is_set() and self._looked >= mark
 
     def interrupt(self, unit: Unit) -> bool:
         """Cancel the statement ``unit``'s handler is running (timeout, cancel, shutdown).
@@ -329,8 +344,10 @@ class TransactionalPool:
                 if claimed is None:
                     with self._cond:
                         if hints is None or hints == self._hints:
+                            self._looked = self._hints
                             self.empty.set()
                     return False
+                runtime.touch()  # before the unit shows as active: see Runtime.activity
                 self.empty.clear()
                 job, conn = claimed
                 unit = Unit(self, (job,), time.monotonic() + self.lease_seconds)
@@ -348,6 +365,18 @@ class TransactionalPool:
         with runtime.lock:
             unit.state = FINISHED
             unit.settled = True
+        try:
+            return self._report(unit, failure, owned=owned, written=written)
+        finally:
+            # The unit left ``active`` before a failure's outcome reached the completer: a
+            # drain check in between must not count that moment as idle.
+            runtime.touch()
+
+    def _report(self, unit: Unit, failure: BaseException | None, *, owned: bool,
+                written: set[str]) -> bool:
+        """Hand a finished attempt's outcome on: a failure to be written, a success (or a
+        lost lease) to the observers. True (a job ran)."""
+        runtime = self.runtime
         if not owned:  # aborted (cancelled): reported by the abort, nothing to write
             return True
         if failure is not None:
