@@ -95,6 +95,20 @@ SELECT l.id, l.status
                           %(workflow)s::bigint) l
 
 
+-- name: job_graph_insert
+-- Unkeyed jobs, their edges and verdicts, and the workflow record when "name" is given, in
+-- one call (insert_job_graph, 0019): the workflow id (NULL without a name) and the job ids
+-- in job order. Column arrays hold one element per job; edges are 0-based job indexes.
+SELECT g.workflow_id, g.job_ids
+  FROM {schema}.insert_job_graph(
+        %(name)s::text, %(types)s::text[], %(payloads)s::text[], %(scope_types)s::text[],
+        %(scope_ids)s::text[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
+        %(max_attempts)s::int[], %(priorities)s::int[], %(tags)s::jsonb,
+        %(trace_contexts)s::text[], %(policies)s::text[], %(edge_parents)s::int[],
+        %(edge_children)s::int[], %(outside_parents)s::bigint[],
+        %(outside_children)s::int[]) g
+
+
 -- name: workflow_insert
 INSERT INTO {schema}.workflows (name) VALUES (%(name)s::text) RETURNING id
 
