@@ -4,7 +4,8 @@
 --
 -- A job with parents is inserted WAITING, then link_jobs() (0016) records its edges, marks
 -- and locks its live parents and judges it at once (pending, waiting, failed or cancelled),
--- all in the add's transaction.
+-- all in the add's transaction. Unkeyed jobs are written by one call of insert_job_graph()
+-- (0019, job_graph_insert below), a whole workflow included.
 
 
 -- name: job_parents_missing

@@ -6,6 +6,8 @@ parent, whichever verb finishes it.
 
 A job with parents is inserted WAITING and linked by ``link_jobs()`` (0016), which marks and
 locks its live parents, records the edges and judges it at once, in the add's transaction.
+Unkeyed jobs (a workflow's, or one add's) are written by one call of ``insert_job_graph()``
+(0019): one round trip whatever their number; keyed ones keep a statement or more each.
 Marking a parent is a row write: an add whose parent is running under a transactional
 handler (its claim transaction holds the row) waits for that transaction to end, up to the
 session's ``lock_timeout``.
