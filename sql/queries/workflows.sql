@@ -4,7 +4,8 @@
 --
 -- A job with parents is inserted WAITING, then link_jobs() (0016) records its edges, marks
 -- and locks its live parents and judges it at once (pending, waiting, failed or cancelled),
--- all in the add's transaction.
+-- all in the add's transaction. Unkeyed jobs are written by one call of insert_job_graph()
+-- (0019, job_graph_insert below), a whole workflow included.
 
 
 -- name: job_parents_missing
@@ -93,6 +94,20 @@ RETURNING id
 SELECT l.id, l.status
   FROM {schema}.link_jobs(%(children)s::bigint[], %(parents)s::bigint[], %(policy)s::text,
                           %(workflow)s::bigint) l
+
+
+-- name: job_graph_insert
+-- Unkeyed jobs, their edges and verdicts, and the workflow record when "name" is given, in
+-- one call (insert_job_graph, 0019): the workflow id (NULL without a name) and the job ids
+-- in job order. Column arrays hold one element per job; edges are 0-based job indexes.
+SELECT g.workflow_id, g.job_ids
+  FROM {schema}.insert_job_graph(
+        %(name)s::text, %(types)s::text[], %(payloads)s::text[], %(scope_types)s::text[],
+        %(scope_ids)s::text[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
+        %(max_attempts)s::int[], %(priorities)s::int[], %(tags)s::jsonb,
+        %(trace_contexts)s::text[], %(policies)s::text[], %(edge_parents)s::int[],
+        %(edge_children)s::int[], %(outside_parents)s::bigint[],
+        %(outside_children)s::int[]) g
 
 
 -- name: workflow_insert

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import pytest
 
-from golemq_pg._types import JobStatus
+from golemq_pg._types import JobStatus, Scope
 from golemq_pg._validation import encode_payload
 from golemq_pg.store.port import (
     PARENT_CANCELLED_ERROR,
@@ -728,3 +729,34 @@ def test_a_workflow_is_pruned_with_its_last_job(store: JobStore) -> None:
     later = store.now() + timedelta(hours=1)
     assert store.job_prune([JobStatus.SUCCEEDED], before=later, age=None) == 2
     assert store.workflow_get(created.id) is None
+
+
+def test_workflow_jobs_keep_every_option_of_their_add(store: JobStore) -> None:
+    traced = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    root = dataclasses.replace(
+        job("opt.root", payload={"k": "v"}), scope=Scope("tenant", "7"), priority=5,
+        tags=("red", "blue"), max_attempts=None, trace_context=traced)
+    later = dataclasses.replace(job("opt.later"), delay=3600.0, max_attempts=2)
+    kid = dataclasses.replace(job("opt.kid", policy="run"), priority=-2)
+    before = store.now()
+    created = store.workflow_create(workflow((root, ()), (later, ()), (kid, (0, 1))))
+    r, lt, k = created.job_ids
+    assert int(r) < int(lt) < int(k)
+    found = {i: store.job_get(i) for i in created.job_ids}
+    assert found[r] is not None
+    assert found[lt] is not None
+    assert found[k] is not None
+    assert (found[r].status, found[r].scope, found[r].priority, found[r].tags,
+            found[r].max_attempts) == (JobStatus.PENDING, Scope("tenant", "7"), 5,
+                                       ("red", "blue"), None)
+    assert found[lt].status is JobStatus.PENDING
+    assert (found[lt].max_attempts, found[lt].tags) == (2, ())
+    assert found[lt].run_at >= before + timedelta(seconds=3500)  # its delay kept
+    assert (found[k].status, found[k].priority) == (JobStatus.WAITING, -2)
+    assert orjson.loads(store.job_payload(r) or b"null") == {"k": "v"}
+    (claimed,) = claim(store, "opt.root", "opt.later")
+    assert claimed.id == r
+    assert claimed.trace_context == traced
+    links = store.job_links(k)
+    assert sorted(p.id for p in links.parents) == sorted([r, lt])
+    assert links.workflow_id == created.id

@@ -25,6 +25,7 @@ from golemq_pg import (
 from golemq_pg.store.port import ClaimRequest, TypeSlots
 from tests.support.async_bridge import LoopThread
 from tests.support.in_process import add_job, fast_worker
+from tests.support.wire import round_trips
 
 
 def _status(queue: Queue, job_id: str) -> JobStatus | None:
@@ -248,6 +249,49 @@ def test_a_duplicate_node_in_the_callers_transaction_leaves_it_usable(
     assert mine is not None
     assert _status(queue, mine) is JobStatus.PENDING
     assert queue.stats()["pending"] == 2  # dup.b's holder and mine: nothing of the workflow
+
+
+def _fan(size: int) -> Workflow:
+    """fetch -> (size - 2) x extract -> index (one job when size is 1)."""
+    wf = Workflow(f"fan of {size}")
+    root = wf.add("fan.fetch", {"url": "u"})
+    if size > 1:
+        pages = [wf.add("fan.extract", {"page": n}, after=[root]) for n in range(size - 2)]
+        wf.add("fan.index", {}, after=pages or [root])
+    return wf
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_add_workflow_makes_the_same_round_trips_whatever_its_size(
+    pg_store: PostgresStore, pg_dsn: str, autocommit: bool
+) -> None:
+    queue = Queue(pg_store)
+    trips: dict[int, list[str]] = {}
+    with psycopg.connect(pg_dsn, autocommit=autocommit) as conn:
+        add_job(queue, "fan.before", {}, connection=conn)  # the caller's transaction begun
+        for size in (1, 12, 60):
+            with round_trips(conn) as seen:
+                queue.add_workflow(_fan(size), connection=conn)
+            trips[size] = seen.sent
+        conn.commit()
+    # one statement; in the caller's transaction it is wrapped in a savepoint
+    expected = 1 if autocommit else 3
+    assert {size: len(sent) for size, sent in trips.items()} == {
+        1: expected, 12: expected, 60: expected}, trips
+    assert queue.stats()["pending"] == 4  # "before" and each fetch, released in the same statement
+    assert queue.stats()["waiting"] == 70
+
+
+def test_an_add_with_parents_makes_two_round_trips(pg_store: PostgresStore, pg_dsn: str) -> None:
+    queue = Queue(pg_store)
+    first = add_job(queue, "p.one", {})
+    second = add_job(queue, "p.two", {})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, round_trips(conn) as seen:
+        kid = queue.add("p.kid", {}, depends_on=[first, second], connection=conn)
+    assert len(seen.sent) == 2, seen.sent  # the parents checked, then the insert and link
+    assert kid is not None
+    assert _status(queue, kid) is JobStatus.WAITING
+    assert sorted(p.id for p in pg_store.job_links(kid).parents) == sorted([first, second])
 
 
 def test_waiting_counts_in_stats_and_filters(pg_store: PostgresStore) -> None:

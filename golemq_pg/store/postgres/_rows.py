@@ -329,6 +329,16 @@ def trace_jsonb(context: Mapping[str, str] | None) -> Jsonb | None:
     return None if context is None else jsonb(orjson.dumps(dict(context)))
 
 
+def trace_text(context: Mapping[str, str] | None) -> str | None:
+    """A trace_context as JSON text (an element of a text[] parameter cast to jsonb)."""
+    return None if context is None else orjson.dumps(dict(context)).decode("utf-8")
+
+
+def json_value(value: Any) -> Jsonb:
+    """Any JSON-safe value as a jsonb parameter."""
+    return jsonb(orjson.dumps(value))
+
+
 def copy_trace(context: Mapping[str, str] | None) -> bytes:
     """The trace_context column of a traced COPY, one text field (``\\N`` for none)."""
     if context is None:

@@ -6,6 +6,8 @@ parent, whichever verb finishes it.
 
 A job with parents is inserted WAITING and linked by ``link_jobs()`` (0016), which marks and
 locks its live parents, records the edges and judges it at once, in the add's transaction.
+Unkeyed jobs (a workflow's, or one add's) are written by one call of ``insert_job_graph()``
+(0019): one round trip whatever their number; keyed ones keep a statement or more each.
 Marking a parent is a row write: an add whose parent is running under a transactional
 handler (its claim transaction holds the row) waits for that transaction to end, up to the
 session's ``lock_timeout``.
@@ -68,9 +70,12 @@ def _check_parents(ctx: PlanContext, parents: list[int]) -> Plan[None]:
 
 def job_enqueue_linked(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueResult]:
     """``job_enqueue`` of a job with ``depends_on`` (see the port): the parents checked,
-    then the insert and the link in one transaction."""
+    then the insert and the link in one transaction (unkeyed: one statement)."""
     parents = _parent_ids(params.depends_on)
     yield from _check_parents(ctx, parents)
+    if params.dedupe_key is None:
+        _, (job_id,) = yield from _insert_graph(ctx, None, [(params, ())])
+        return EnqueueResult(id=str(job_id), inserted=True)
     result: EnqueueResult = yield Atomic(_insert_linked(ctx, params, parents, None))
     return result
 
@@ -104,6 +109,48 @@ def _insert_linked(
     job_id = found[0][0]
     yield from _link(ctx, [job_id], parents, params.on_parent_failure, workflow)
     return EnqueueResult(id=str(job_id), inserted=True)
+
+
+def _insert_graph(
+    ctx: PlanContext, name: str | None, jobs: Sequence[tuple[EnqueueParams, Sequence[int]]]
+) -> Plan[tuple[int | None, list[int]]]:
+    """Unkeyed jobs (each with the indexes of the earlier ones it waits for), their links
+    and verdicts, and the workflow record when ``name`` is given: one statement
+    (``insert_job_graph``, 0019), so one round trip whatever the number of jobs. Returns
+    the workflow id (None without a name) and the job ids in order."""
+    columns: dict[str, list[Any]] = {
+        key: [] for key in ("types", "payloads", "scope_types", "scope_ids", "run_ats",
+                            "delays", "max_attempts", "priorities", "trace_contexts",
+                            "policies", "edge_parents", "edge_children", "outside_parents",
+                            "outside_children")
+    }
+    tags: list[list[str] | None] = []
+    for index, (job, after) in enumerate(jobs):
+        scope = job.scope
+        columns["types"].append(job.type)
+        columns["payloads"].append(job.payload.decode("utf-8"))
+        columns["scope_types"].append(None if scope is None else scope[0])
+        columns["scope_ids"].append(None if scope is None else scope[1])
+        columns["run_ats"].append(job.run_at)
+        columns["delays"].append(float(job.delay))
+        columns["max_attempts"].append(job.max_attempts)
+        columns["priorities"].append(job.priority)
+        columns["trace_contexts"].append(rows.trace_text(job.trace_context))
+        columns["policies"].append(job.on_parent_failure)
+        tags.append(None if job.tags is None else list(job.tags))
+        for parent in dict.fromkeys(after):
+            columns["edge_parents"].append(parent)
+            columns["edge_children"].append(index)
+        for outside in dict.fromkeys(_parent_ids(job.depends_on)):
+            columns["outside_parents"].append(outside)
+            columns["outside_children"].append(index)
+    args: dict[str, Any] = {"name": name, "tags": rows.json_value(tags), **columns}
+    try:
+        found = yield Rows(ctx.queries["job_graph_insert"], args)
+    except pg_errors.ForeignKeyViolation as exc:  # an outside parent pruned since the check
+        raise ValueError(str(exc.diag.message_primary or "depends_on: unknown job")) from None
+    workflow, job_ids = found[0]
+    return workflow, [int(i) for i in job_ids]
 
 
 def _link(
@@ -162,19 +209,32 @@ def workflow_create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCr
             raise ValueError(f"workflow job {index}: after must name earlier jobs")
         external += _parent_ids(job.job.depends_on)
     yield from _check_parents(ctx, sorted(set(external)))
+    # Unkeyed jobs: one statement, atomic by itself. Keyed ones: a statement or more per
+    # job (the advisory lock of the key, reject or replace) in one transaction.
+    keyed = any(job.job.dedupe_key is not None for job in jobs)
     savepoint = bool((yield IN_TRANSACTION)) and not (yield OWNED)
     if not savepoint:
-        created: WorkflowCreated = yield Atomic(_create(ctx, params))
+        created: WorkflowCreated = (
+            (yield Atomic(_create(ctx, params))) if keyed
+            else (yield from _create_graph(ctx, params)))
         return created
     q = ctx.queries
     yield Count(q["workflow_savepoint"])
     try:
-        created = yield Atomic(_create(ctx, params))
+        created = (
+            (yield Atomic(_create(ctx, params))) if keyed
+            else (yield from _create_graph(ctx, params)))
     except BaseException:
         yield Count(q["workflow_savepoint_rollback"])
         raise
     yield Count(q["workflow_savepoint_release"])
     return created
+
+
+def _create_graph(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
+    workflow, ids = yield from _insert_graph(
+        ctx, params.name, [(job.job, job.after) for job in params.jobs])
+    return WorkflowCreated(id=str(workflow), job_ids=tuple(str(i) for i in ids))
 
 
 def _create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
