@@ -432,12 +432,17 @@ def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         checks.ratio("workflows >= 3x faster than Chancy's workflows (its best configuration)",
                      WORKFLOW_SOURCE, f"{m['seconds']:.2f} s vs Chancy {best:.2f} s",
                      statistics.median(per_run), "Chancy's time", at_least=3.0)
-    pairs = [run["p50_ms"] / run["idle_p50_ms"] for run in flow.runs
-             if run.get("idle_p50_ms") and "p50_ms" in run]
+    # The release latency: two-job chains sent one at a time to the idle worker, against
+    # single jobs sent to it the same way (the loaded run's parent -> child figures include
+    # the queueing behind 24,000 jobs, reported beside it).
+    pairs = [run["chain_p50_ms"] / run["idle_p50_ms"] for run in flow.runs
+             if run.get("idle_p50_ms") and "chain_p50_ms" in run]
     if pairs:
         checks.ratio("parent -> child latency p50 within 2x the idle pickup latency p50 "
-                     f"(parent -> child p99 {m['p99_ms']:.2f} ms)", WORKFLOW_SOURCE,
-                     f"p50 {m['p50_ms']:.2f} ms, idle pickup p50 {m['idle_p50_ms']:.2f} ms",
+                     f"(idle chains; chain p99 {m['chain_p99_ms']:.2f} ms; in the loaded run "
+                     f"p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms)", WORKFLOW_SOURCE,
+                     f"chain p50 {m['chain_p50_ms']:.2f} ms, idle pickup p50 "
+                     f"{m['idle_p50_ms']:.2f} ms",
                      statistics.median(pairs), "idle pickup", at_most=2.0)
 
 

@@ -271,6 +271,8 @@ def run_workflow(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Fi
         figures.update(_ms_percentiles(edges["fan_in"], "fan_in_"))
     if result.idle_pickup:
         figures.update(_ms_percentiles(result.idle_pickup, "idle_"))
+    if result.idle_chain:
+        figures.update(_ms_percentiles(result.idle_chain, "chain_"))
     return figures
 
 

@@ -34,7 +34,7 @@ from benchmarks.systems.base import (
     paced,
     run_async,
 )
-from benchmarks.systems.workflow import WORKFLOW_SHAPE, WorkflowProbe, WorkflowResult
+from benchmarks.systems.workflow import PRODUCERS, WORKFLOW_SHAPE, WorkflowProbe, WorkflowResult
 
 #: The queue every Chancy job of the harness goes to.
 QUEUE = "bench"
@@ -301,8 +301,14 @@ class ChancySystem(System):
                 async with _Running(chancy, variant.options["flush"], lead=True) as worker:
                     graphs = [build(w) for w in range(count)]  # built before the clock
                     started = time.perf_counter()
-                    for wf in graphs:
-                        await WorkflowPlugin.push(chancy, wf)
+
+                    async def produce(part: list[Any]) -> None:
+                        for wf in part:
+                            await WorkflowPlugin.push(chancy, wf)
+
+                    # PRODUCERS at once, as golemq-pg's threads
+                    await asyncio.gather(*(produce(graphs[k::PRODUCERS])
+                                           for k in range(PRODUCERS)))
                     added = time.perf_counter() - started
                     deadline = time.perf_counter() + 900
                     while not probe.done() and time.perf_counter() < deadline:

@@ -26,6 +26,7 @@ from benchmarks.systems.base import (
 )
 from benchmarks.systems.workflow import (
     JOBS_PER_WORKFLOW,
+    PRODUCERS,
     WORKFLOW_SHAPE,
     WorkflowProbe,
     WorkflowResult,
@@ -109,6 +110,9 @@ WARM_CONNECTIONS = 3
 #: yardstick of the parent-to-child latency), one every IDLE_INTERVAL seconds.
 IDLE_PROBES = 50
 IDLE_INTERVAL = 0.02
+#: The idle chain probe's job types (a parent and its child, in one two-job workflow).
+CHAIN_PARENT = "chain.parent"
+CHAIN_CHILD = "chain.child"
 
 
 def _graphs(count: int) -> list[Any]:
@@ -137,6 +141,69 @@ def _idle_pickup(queue: Any, pickup: LatencyProbe) -> None:
     if not wait_until(pickup.done, timeout=10):
         raise RuntimeError("golemq-pg's idle worker did not start every probe job")
     time.sleep(0.1)  # idle again before the workflows
+
+
+class _ChainProbe:
+    """Two-job chains (parent -> child): the ids of each, and how many children ran."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.pairs: list[tuple[str, str]] = []
+        self.ran: set[int] = set()
+
+    def done(self) -> bool:
+        return len(self.ran) >= self.count
+
+    def latencies(self, queue: Any) -> list[float]:
+        """Seconds from each parent's completion (its ``finished_at``, the commit of its
+        outcome, which released the child) to its child's handler start (``started_at``):
+        both the database's clock, read back once the chains have run."""
+        found = []
+        for parent_id, child_id in self.pairs:
+            parent, child = queue.get(parent_id), queue.get(child_id)
+            if parent is None or child is None or None in (parent.finished_at, child.started_at):
+                raise RuntimeError("a chain job of the idle probe was not recorded")
+            found.append((child.started_at - parent.finished_at).total_seconds())
+        return found
+
+
+def _idle_chain(queue: Any, chain: _ChainProbe) -> None:
+    """Send two-job workflows (parent -> child) one at a time to the idle worker, paced as
+    the pickup probe, and wait until each child has run: the release latency alone."""
+    import golemq_pg  # noqa: PLC0415
+
+    started = time.perf_counter()
+    for i in range(chain.count):
+        time.sleep(paced(started, i, IDLE_INTERVAL))
+        wf = golemq_pg.Workflow("chain")
+        first = wf.add(CHAIN_PARENT, {"i": i})
+        second = wf.add(CHAIN_CHILD, {"i": i}, after=[first])
+        run = queue.add_workflow(wf)
+        chain.pairs.append((run.job_ids[first], run.job_ids[second]))
+    if not wait_until(chain.done, timeout=10):
+        raise RuntimeError("golemq-pg's idle worker did not run every chain")
+    time.sleep(0.1)  # idle again before the workflows
+
+
+def _add_concurrently(queue: Any, graphs: list[Any]) -> None:
+    """``queue.add_workflow`` of every graph from PRODUCERS threads at once."""
+    failures: list[BaseException] = []
+
+    def produce(part: list[Any]) -> None:
+        try:
+            for wf in part:
+                queue.add_workflow(wf)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(graphs[k::PRODUCERS],), daemon=True)
+               for k in range(PRODUCERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise RuntimeError(f"a workflow producer failed: {failures[0]!r}")
 
 
 class _Counter:
@@ -542,7 +609,8 @@ class GolemqSystem(System):
         return LoadedResult(probe, *window)
 
     def _workflow_worker(self, store: Any, variant: Variant, probe: WorkflowProbe,
-                         pickup: LatencyProbe | None = None) -> Any:
+                         pickup: LatencyProbe | None = None,
+                         chain: _ChainProbe | None = None) -> Any:
         """A worker with a no-op handler per workflow job type (and, with ``pickup``, the
         plain no-op whose commit -> start latency it records)."""
         worker_cls = _api()[2]
@@ -561,6 +629,10 @@ class GolemqSystem(System):
         if pickup is not None:
             worker.handler(JOB_TYPE, concurrency=opts["concurrency"])(
                 lambda job: pickup.start(job.payload["i"]))
+        if chain is not None:
+            worker.handler(CHAIN_PARENT, concurrency=opts["concurrency"])(lambda job: None)
+            worker.handler(CHAIN_CHILD, concurrency=opts["concurrency"])(
+                lambda job: chain.ran.add(job.payload["i"]))
         return worker
 
     def workflows(self, box: Sandbox, variant: Variant, count: int) -> WorkflowResult:
@@ -572,10 +644,11 @@ class GolemqSystem(System):
                      for node, _parents in WORKFLOW_SHAPE if step_type(node) == t]
                  for t in sorted({step_type(node) for node, _parents in WORKFLOW_SHAPE})}
         pickup = LatencyProbe(IDLE_PROBES) if mode == "workflow" else None
+        chain = _ChainProbe(IDLE_PROBES) if mode == "workflow" else None
         with self._store(box, min_size=WARM_CONNECTIONS) as store:
             store.pool.wait()
             queue = queue_cls(store)
-            worker = self._workflow_worker(store, variant, probe, pickup)
+            worker = self._workflow_worker(store, variant, probe, pickup, chain)
             if mode == "drain":
                 for job_type, payloads in plain.items():  # the backlog, not timed
                     queue.add_many(job_type, payloads)
@@ -588,12 +661,12 @@ class GolemqSystem(System):
                 worker.start()
                 try:
                     time.sleep(0.3)  # let the worker reach its idle wait
-                    if pickup is not None:
+                    if pickup is not None and chain is not None:
                         _idle_pickup(queue, pickup)
+                        _idle_chain(queue, chain)
                     started = time.perf_counter()
                     if mode == "workflow":
-                        for wf in graphs:
-                            queue.add_workflow(wf)
+                        _add_concurrently(queue, graphs)
                     else:
                         for job_type, payloads in plain.items():
                             queue.add_many(job_type, payloads)
@@ -603,13 +676,15 @@ class GolemqSystem(System):
                 finally:
                     worker.stop()
             succeeded = queue.count_by_status()[_succeeded()]
-        # the idle probe's jobs succeeded too
-        expected = jobs + (IDLE_PROBES if pickup is not None else 0)
+            chained = chain.latencies(queue) if chain is not None else None
+        # the idle probes' jobs (single jobs, two-job chains) succeeded too
+        expected = jobs + (3 * IDLE_PROBES if pickup is not None else 0)
         if probe.calls != jobs or succeeded != expected:
             raise RuntimeError(f"golemq-pg ran {probe.calls} and recorded {succeeded} "
                                f"succeeded of {expected} jobs")
         return WorkflowResult(elapsed, probe, add_seconds=added, linked=mode == "workflow",
-                              idle_pickup=pickup.latencies() if pickup is not None else None)
+                              idle_pickup=pickup.latencies() if pickup is not None else None,
+                              idle_chain=chained)
 
     def latency(self, box: Sandbox, variant: Variant, count: int, interval: float) -> list[float]:
         queue_cls = _api()[1]

@@ -25,6 +25,11 @@ WORKFLOW_SHAPE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("index", tuple(f"extract_{k}" for k in range(EXTRACTS))),
 )
 JOBS_PER_WORKFLOW = len(WORKFLOW_SHAPE)
+#: Producers adding the workflows at once (threads for golemq-pg, tasks for Chancy). One:
+#: four were measured no faster on the 2-core reference host (golemq-pg 4.14 s against
+#: 4.35 s: the database's CPU, not the commits' WAL flushes, bounds the adds there), and
+#: made the loaded run's parent -> child latency a measure of the producers' backlog.
+PRODUCERS = 1
 
 
 def step_type(node: str) -> str:
@@ -87,4 +92,9 @@ class WorkflowResult:
     add_seconds: float = 0.0
     linked: bool = True
     idle_pickup: list[float] | None = None
+    #: Parent completion -> child handler start seconds of two-job workflows sent one at a
+    #: time to the same idle worker (the parent's ``finished_at``, the commit that released
+    #: the child, to the child's ``started_at``): the release latency alone, without the
+    #: queueing of the loaded run (golemq-pg's workflow run only).
+    idle_chain: list[float] | None = None
     note: str = ""
