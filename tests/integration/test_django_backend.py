@@ -246,3 +246,29 @@ def test_sigterm_lets_the_running_task_finish_and_exits_0(
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == "finished"
+
+
+def test_each_task_gets_a_fresh_database_connection(
+    start_worker: Callable[..., DjangoWorker],
+) -> None:
+    # close_old_connections around every job (CONN_MAX_AGE 0): the handler thread's Django
+    # connection does not outlive its task, so consecutive tasks on one thread see two
+    # backends (without the hygiene the thread would keep its first connection).
+    start_worker("--queue", "hygiene", "--concurrency", "1")
+    first = finished(tasks.database_backend.enqueue())
+    second = finished(tasks.database_backend.enqueue())
+    assert first.status == second.status == TaskResultStatus.SUCCESSFUL
+    assert isinstance(first.return_value, int)
+    assert first.return_value != second.return_value
+
+
+def test_processes_runs_that_many_worker_processes(
+    start_worker: Callable[..., DjangoWorker],
+) -> None:
+    worker = start_worker("--queue", "pool", "--concurrency", "1", "--processes", "2")
+    results = [tasks.worker_process.enqueue(0.4) for _ in range(6)]
+    pids = {finished(result).return_value for result in results}
+    assert all(r.status == TaskResultStatus.SUCCESSFUL for r in results)
+    assert len(pids) == 2, pids  # both children ran tasks
+    assert worker.proc.pid not in pids  # the parent supervises, its children run
+    # SIGTERM to the parent stops both children and exits 0 (the fixture checks the code)

@@ -44,7 +44,7 @@ INSTALLED_APPS = [*_BACKPORT, "golemq_pg.contrib.django", "tests.support.django_
 TASKS = {
     "default": {
         "BACKEND": "golemq_pg.contrib.django.GolemqBackend",
-        "QUEUES": ["default", "ordered", "drain"],
+        "QUEUES": ["default", "ordered", "drain", "hygiene", "pool"],
         # Two attempts keep the failing task's retries short (the default is three).
         "OPTIONS": {"schema": "golemq_dj", "max_attempts": 2},
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -57,3 +58,23 @@ def slow(seconds: float) -> str:
     """Run by the SIGTERM test's own worker (queue "drain"): still running when it stops."""
     time.sleep(seconds)
     return "finished"
+
+
+@task(queue_name="hygiene")
+def database_backend() -> int:
+    """The PostgreSQL backend pid of Django's connection in the handler thread (run by the
+    connection-hygiene test's own worker, queue "hygiene")."""
+    from django.db import connection  # noqa: PLC0415
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        row = cursor.fetchone()
+    return int(row[0])
+
+
+@task(queue_name="pool")
+def worker_process(pause: float) -> int:
+    """The worker process's pid, after ``pause`` seconds (queue "pool": the --processes
+    test's own worker)."""
+    time.sleep(pause)
+    return os.getpid()
