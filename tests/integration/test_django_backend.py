@@ -28,6 +28,7 @@ from golemq_pg.contrib.django._tasks_api import (
     TaskResultStatus,
     task_backends,
 )
+from tests.support import django_listed_tasks
 from tests.support.django_tasks_app import tasks
 from tests.support.django_worker import DjangoWorker
 from tests.support.waiting import wait_until
@@ -272,3 +273,11 @@ def test_processes_runs_that_many_worker_processes(
     assert len(pids) == 2, pids  # both children ran tasks
     assert worker.proc.pid not in pids  # the parent supervises, its children run
     # SIGTERM to the parent stops both children and exits 0 (the fixture checks the code)
+
+
+def test_a_task_in_a_module_listed_in_options_modules_is_run(
+    default_worker: DjangoWorker,
+) -> None:
+    result = finished(django_listed_tasks.listed.enqueue("found"))
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "FOUND"

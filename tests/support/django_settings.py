@@ -2,7 +2,7 @@
 pytest-django reads them through ``DJANGO_SETTINGS_MODULE`` in pyproject.toml).
 
 The database is the suite's PostgreSQL (``tests.plugins.database.suite_dsn``) under the name
-``golemq_django``; pytest-django creates and drops ``test_golemq_django`` from it. A worker
+``golemq_django``; pytest-django creates and drops ``test_golemq_django_<pid>`` from it. A worker
 process started by the tests gets the test database's DSN in ``$GOLEMQ_DJANGO_DSN``.
 """
 
@@ -28,6 +28,9 @@ DATABASES = {
         # Django's defaults for psycopg 3 (client-side binding cursors, jsonb read as text)
         # are what the backend must work with when it enqueues on Django's connection.
         "OPTIONS": {},
+        # One test database per run (pytest-django creates and drops it): two suites on one
+        # server (a developer's and CI's) never drop each other's.
+        "TEST": {"NAME": f"test_golemq_django_{os.getpid()}"},
     }
 }
 
@@ -46,7 +49,9 @@ TASKS = {
         "BACKEND": "golemq_pg.contrib.django.GolemqBackend",
         "QUEUES": ["default", "ordered", "drain", "hygiene", "pool"],
         # Two attempts keep the failing task's retries short (the default is three).
-        "OPTIONS": {"schema": "golemq_dj", "max_attempts": 2},
+        "OPTIONS": {"schema": "golemq_dj", "max_attempts": 2,
+                    # tasks outside an installed app's tasks module
+                    "modules": ["tests.support.django_listed_tasks"]},
     }
 }
 
