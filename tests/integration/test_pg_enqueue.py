@@ -186,7 +186,7 @@ def test_delay_and_run_at_use_the_database_clock(pg_store: PostgresStore) -> Non
     assert summary is not None
     assert timedelta(minutes=59) < summary.run_at - now < timedelta(minutes=61)
     assert pg_store.job_stats() == {
-        "pending": 1, "scheduled": 1, "running": 0, "succeeded": 0, "failed": 0
+        "pending": 1, "scheduled": 1, "running": 0, "succeeded": 0, "failed": 0, "waiting": 0,
     }
     (due,) = pg_store.job_claim(ClaimRequest("w", [TypeSlots("a", 5, 30)]))
     assert due.id == at.id

@@ -54,6 +54,9 @@ def test_a_users_tests_get_a_fresh_migrated_schema_dropped_afterwards(
     pytester: pytest.Pytester, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GOLEMQ_TEST_DSN", pg_dsn)
+    # A user's project without Django: not this suite's settings, which pytest-django put in
+    # the environment (they name this checkout's tests package).
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE", raising=False)
     pytester.makepyfile(test_user=USER_TESTS)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=1)

@@ -56,7 +56,8 @@ def test_delay_and_run_at_make_jobs_scheduled(store: Any) -> None:
     queue.add("t", {}, run_at=datetime.now(UTC) + timedelta(hours=2))
     queue.add("t", {}, delay=timedelta(0))
     stats = queue.stats()
-    assert stats == {"pending": 1, "scheduled": 2, "running": 0, "succeeded": 0, "failed": 0}
+    assert stats == {"pending": 1, "scheduled": 2, "running": 0, "succeeded": 0, "failed": 0,
+                     "waiting": 0}
 
 
 @pytest.mark.parametrize(
@@ -110,7 +111,7 @@ def test_add_many_and_counts(store: Any) -> None:
     assert queue.add_many("email.send", [{"i": 1}], delay=60) == 1
     counts = queue.count_by_status()
     assert counts == {JobStatus.PENDING: 251, JobStatus.RUNNING: 0, JobStatus.SUCCEEDED: 0,
-                      JobStatus.FAILED: 0}
+                      JobStatus.FAILED: 0, JobStatus.WAITING: 0}
     assert queue.stats()["pending"] == 250
     assert queue.stats()["scheduled"] == 1
 
