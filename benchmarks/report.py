@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,34 +64,46 @@ def _reference_runs(outcomes: list[Outcome], scenario: Scenario,
     return best
 
 
-def ratios(outcomes: list[Outcome], outcome: Outcome) -> dict[str, float]:
-    """The outcome's primary figure divided by each reference: the median of the per-run
-    ratios (run i of both was measured in the same pass, minutes apart)."""
+def ratio_runs(outcomes: list[Outcome], outcome: Outcome) -> dict[str, list[float]]:
+    """The outcome's primary figure divided by each reference, run by run (run i of both was
+    measured in the same pass, minutes apart)."""
     if not _ok(outcome):
         return {}
     key = outcome.scenario.primary.key
-    found: dict[str, float] = {}
+    found: dict[str, list[float]] = {}
     for system, _label in REFERENCES:
         refs = _reference_runs(outcomes, outcome.scenario, system)
         pairs = [run[key] / ref for run, ref in zip(outcome.runs, refs, strict=False)
                  if key in run and ref]
         if pairs:
-            found[system] = statistics.median(pairs)
+            found[system] = pairs
     return found
 
 
+def ratios(outcomes: list[Outcome], outcome: Outcome) -> dict[str, float]:
+    """The outcome's primary figure divided by each reference: the median of the per-run
+    ratios (:func:`ratio_runs`)."""
+    return {system: statistics.median(pairs)
+            for system, pairs in ratio_runs(outcomes, outcome).items()}
+
+
+def paired_runs(outcome: Outcome, reference: Outcome, key: str | None = None) -> list[float]:
+    """Run by run, ``outcome``'s figure ``key`` (default: the scenario's primary one) over
+    ``reference``'s (run i of both measured in the same pass)."""
+    key = key or outcome.scenario.primary.key
+    return [run[key] / ref[key] for run, ref in zip(outcome.runs, reference.runs, strict=False)
+            if key in run and ref.get(key)]
+
+
 def paired_ratio(outcome: Outcome, reference: Outcome) -> float | None:
-    """The median per-run ratio of ``outcome`` to ``reference`` (run i of both measured in
-    the same pass)."""
-    key = outcome.scenario.primary.key
-    pairs = [run[key] / ref[key] for run, ref in zip(outcome.runs, reference.runs, strict=False)
-             if key in run and ref.get(key)]
+    """The median per-run ratio of ``outcome`` to ``reference`` (:func:`paired_runs`)."""
+    pairs = paired_runs(outcome, reference)
     return statistics.median(pairs) if pairs else None
 
 
-def same_batch_ratio(outcomes: list[Outcome], outcome: Outcome, batch: int) -> float | None:
-    """The median per-run ratio of ``outcome`` to the raw ceiling's best thread count at
-    claim batch ``batch`` (run i of both measured in the same pass)."""
+def same_batch_runs(outcomes: list[Outcome], outcome: Outcome, batch: int) -> list[float]:
+    """Run by run, ``outcome`` over the raw ceiling's best thread count at claim batch
+    ``batch`` (run i of both measured in the same pass)."""
     key = outcome.scenario.primary.key
     raw = [o for o in outcomes if o.scenario is outcome.scenario
            and o.system.name == "raw-sql" and o.variant.options.get("batch") == batch
@@ -100,10 +113,20 @@ def same_batch_ratio(outcomes: list[Outcome], outcome: Outcome, batch: int) -> f
         refs = [o.runs[i][key] for o in raw if i < len(o.runs) and key in o.runs[i]]
         if refs and key in run and max(refs):
             pairs.append(run[key] / max(refs))
+    return pairs
+
+
+def same_batch_ratio(outcomes: list[Outcome], outcome: Outcome, batch: int) -> float | None:
+    """The median of :func:`same_batch_runs`."""
+    pairs = same_batch_runs(outcomes, outcome, batch)
     return statistics.median(pairs) if pairs else None
 
 
 # -- targets -----------------------------------------------------------------------------------
+#: How many interleaved runs a verdict needs before "met" means more than one lucky pass.
+VERDICT_RUNS = 5
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """One target and what this run measured for it.
@@ -111,6 +134,8 @@ class Target:
     ``ratio`` is the figure the target is stated on: golemq-pg over the named reference
     (``of``: a peer, the raw ceiling, the plain drain; the median of the per-run ratios), or,
     for an absolute bound, the measured median over the bound (``of`` = "the bound").
+    ``runs`` holds the per-run ratios the median was taken of (empty: one figure only), and
+    ``every_run`` whether each of them meets the target too.
     """
 
     text: str
@@ -119,6 +144,8 @@ class Target:
     ratio: float | None = None
     of: str = ""
     source: str = "docs/BENCHMARKS.md"
+    runs: tuple[float, ...] = ()
+    every_run: bool = False
 
     @property
     def ratio_text(self) -> str:
@@ -126,6 +153,23 @@ class Target:
         if self.ratio is None:
             return "-"
         return f"{self.ratio:.2f}x {self.of}".rstrip()
+
+    @property
+    def spread_text(self) -> str:
+        """The per-run ratios' count and range, e.g. ``5 runs: 0.68x to 0.83x``."""
+        if len(self.runs) < 2:
+            return f"{len(self.runs)} run" if self.runs else "-"
+        return f"{len(self.runs)} runs: {min(self.runs):.2f}x to {max(self.runs):.2f}x"
+
+    @property
+    def verdict(self) -> str:
+        """"met in every run" (the median and each of at least :data:`VERDICT_RUNS` runs),
+        "met" (the median), or "NOT met"."""
+        if not self.ok:
+            return "NOT met"
+        if self.every_run and len(self.runs) >= VERDICT_RUNS:
+            return "met in every run"
+        return "met"
 
 
 def _find(outcomes: list[Outcome], scenario: str, system: str,
@@ -150,56 +194,75 @@ def _rate(value: float | None, unit: str = "jobs/s") -> str:
     return "-" if value is None else f"{value:,.0f} {unit}"
 
 
+def _meets(value: float, at_least: float | None, at_most: float | None) -> bool:
+    if at_least is not None:
+        return value >= at_least
+    if at_most is not None:
+        return value <= at_most
+    raise ValueError("a target needs at_least or at_most")
+
+
 class _Checks:
     """The rows of the target table, each added where this run measured its figures."""
 
     def __init__(self) -> None:
         self.found: list[Target] = []
 
-    def ratio(self, text: str, source: str, measured: str, ratio: float | None, of: str, *,
+    def ratio(self, text: str, source: str, measured: str,
+              ratio: float | Sequence[float] | None, of: str, *,
               at_least: float | None = None, at_most: float | None = None) -> None:
-        """A target on a ratio to a reference: met when ``ratio`` >= ``at_least`` (or <=
-        ``at_most``)."""
+        """A target on a ratio to a reference: met when the ratio is >= ``at_least`` (or <=
+        ``at_most``). ``ratio``: the per-run ratios (their median is the verdict's; each run
+        is checked too) or one figure (None or no runs: not measured, no row)."""
         if ratio is None:
             return
-        if at_least is not None:
-            ok = ratio >= at_least
-        elif at_most is not None:
-            ok = ratio <= at_most
-        else:
-            raise ValueError("a ratio target needs at_least or at_most")
-        self.found.append(Target(text, measured, ok, ratio, of, source))
+        runs: tuple[float, ...] = ()
+        if not isinstance(ratio, float | int):
+            runs = tuple(ratio)
+            if not runs:
+                return
+            ratio = statistics.median(runs)
+        ok = _meets(ratio, at_least, at_most)
+        every = bool(runs) and all(_meets(r, at_least, at_most) for r in runs)
+        self.found.append(Target(text, measured, ok, ratio, of, source, runs, every))
 
     def worst_run(self, text: str, source: str, measured: str, per_run: list[float], of: str,
                   *, at_least: float) -> None:
         """A target every run must meet, not only the median: met when the lowest of the
         per-run ratios ``per_run`` is >= ``at_least`` (that lowest ratio is its ratio)."""
         if per_run:
-            self.ratio(text, source, measured, min(per_run), of, at_least=at_least)
+            ok = min(per_run) >= at_least
+            self.found.append(Target(text, measured, ok, min(per_run), of, source,
+                                     tuple(per_run), ok))
 
     def bound(self, text: str, source: str, value: float | None, unit: str, *,
               at_least: float | None = None, below: float | None = None,
-              at_most: float | None = None) -> None:
-        """A target on an absolute figure; its ratio is the value over the bound."""
+              at_most: float | None = None, runs: Sequence[float] = ()) -> None:
+        """A target on an absolute figure (``value``: the median of ``runs`` when given);
+        its ratio is the value over the bound."""
         if value is None:
             return
         limit = at_least if at_least is not None else below if below is not None else at_most
         if limit is None:
             raise ValueError("a bound needs at_least, below or at_most")
-        if at_least is not None:
-            ok = value >= at_least
-        elif below is not None:
-            ok = value < below
-        else:
-            ok = value <= limit
+
+        def meets(v: float) -> bool:
+            if at_least is not None:
+                return v >= at_least
+            if below is not None:
+                return v < below
+            return v <= limit
+
         shown = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.2f}"
-        self.found.append(Target(text, f"{shown}{unit}", ok, value / limit, "the bound",
-                                 source))
+        per_run = tuple(v / limit for v in runs)
+        self.found.append(Target(text, f"{shown}{unit}", meets(value), value / limit,
+                                 "the bound", source, per_run,
+                                 bool(runs) and all(meets(v) for v in runs)))
 
 
 def targets(outcomes: list[Outcome]) -> list[Target]:
     """Check golemq-pg's figures of this run against the targets of docs/BENCHMARKS.md and of
-    issues 16, 17, 19, 37 and 42 (where measured): medians of the runs, ratios as the median of
+    issues 16, 17, 19, 37, 42 and 44 (where measured): medians of the runs, ratios as the median of
     the per-run ratios (run i of both sides measured in the same pass); the after-vacuum
     drains also in their worst run."""
     checks = _Checks()
@@ -215,23 +278,25 @@ def targets(outcomes: list[Outcome]) -> list[Target]:
         checks.ratio(f"drain rate at {m['backlog_large']:,.0f} pending >= 0.8x the rate at "
                      f"{m['backlog_small']:,.0f}", "docs/BENCHMARKS.md",
                      f"{_rate(m['large_per_s'])} vs {_rate(m['small_per_s'])}",
-                     m["large_over_small"], f"the rate at {m['backlog_small']:,.0f}",
+                     [r["large_over_small"] for r in scale.runs if "large_over_small" in r],
+                     f"the rate at {m['backlog_small']:,.0f}",
                      at_least=0.8)
     rss = _find(outcomes, "rss", "golemq-pg")
     if rss:
         checks.bound("worker RSS < 150 MB while draining", "docs/BENCHMARKS.md; issue 19",
-                     rss.median()["peak_rss_mb"], " MB", below=150)
+                     rss.median()["peak_rss_mb"], " MB", below=150,
+                     runs=[r["peak_rss_mb"] for r in rss.runs])
     return checks.found
 
 
 def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     plain = _find(outcomes, "drain", "golemq-pg", f"c{CONCURRENCY}")
     if plain:
-        r = ratios(outcomes, plain)
+        r = ratio_runs(outcomes, plain)
         drain = scenario_named("drain")
         measured = (f"golemq-pg {_rate(plain.median()['jobs_per_s'])}, PGQueuer best "
                     f"{_rate(reference_value(outcomes, drain, 'pgqueuer'))}")
-        checks.ratio("drain >= 2.5x PGQueuer's best", "docs/BENCHMARKS.md", measured,
+        checks.ratio("drain >= 2.5x PGQueuer's best", "docs/BENCHMARKS.md; issue 44", measured,
                      r.get("pgqueuer"), "PGQueuer best", at_least=2.5)
         checks.ratio("drain >= 3x PGQueuer's best configuration", "issue 19", measured,
                      r.get("pgqueuer"), "PGQueuer best", at_least=3.0)
@@ -239,10 +304,10 @@ def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     # thread count at its batch size (the default claims up to 500 jobs at a time).
     for key, batch, label, source in (
             (f"c{CONCURRENCY}b100", 100, "batch_size=100", "docs/BENCHMARKS.md"),
-            (f"c{CONCURRENCY}", 500, "default batch (<= 500)", "docs/BENCHMARKS.md"),
+            (f"c{CONCURRENCY}", 500, "default batch (<= 500)", "docs/BENCHMARKS.md; issue 44"),
             (FEATURES_ON, 500, "every feature on: result stored, registry heartbeats, "
                                "completion NOTIFY, PrometheusObserver; default batch (<= 500)",
-             "issue 19"),
+             "issues 19 and 44"),
             (f"c{CONCURRENCY}b100{FEATURES_SUFFIX}", 100,
              "every feature on, batch_size=100", "issue 19")):
         same = _find(outcomes, "drain", "golemq-pg", key)
@@ -250,21 +315,25 @@ def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
             raw = _raw_at_batch(outcomes, same.scenario, batch)
             checks.ratio(f"drain >= 0.8x the raw-SQL ceiling at B={batch} ({label})", source,
                          f"golemq-pg {_rate(same.median()['jobs_per_s'])}, raw B={batch} "
-                         f"{_rate(raw)}", same_batch_ratio(outcomes, same, batch),
+                         f"{_rate(raw)}", same_batch_runs(outcomes, same, batch),
                          f"raw B={batch}", at_least=0.8)
     for key, label, source, floor in (
             (f"c{CONCURRENCY}-async", "async-handler drain >= 0.7x the sync drain (same runs)",
              "issue 17", 0.7),
             (f"c{CONCURRENCY}+prometheus", "drain with PrometheusObserver >= 0.95x the plain "
                                            "drain", "issue 16", 0.95),
-            (f"c{CONCURRENCY}+otel", "drain with OpenTelemetry tracing >= 0.85x the plain "
-                                     "drain", "issue 16", 0.85)):
+            (f"c{CONCURRENCY}+otel1pct", "drain with OpenTelemetry tracing sampled at 1% "
+                                         "(ParentBased(TraceIdRatioBased(0.01))) >= 0.95x the "
+                                         "plain drain", "issue 44", 0.95)):
         variant = _find(outcomes, "drain", "golemq-pg", key)
         if variant and plain:
             checks.ratio(label, source,
                          f"{_rate(variant.median()['jobs_per_s'])} vs "
                          f"{_rate(plain.median()['jobs_per_s'])}",
-                         paired_ratio(variant, plain), "the plain drain", at_least=floor)
+                         paired_runs(variant, plain), "the plain drain", at_least=floor)
+    traced = _find(outcomes, "drain", "golemq-pg", f"c{CONCURRENCY}+otel")
+    if traced and plain:
+        _tracing_target(traced, plain, checks)
     # Honest running (the claim leaves the start to the handler's, written with the outcome
     # or by the marker) against the same drain with the claim stamping the start, as before.
     before = _find(outcomes, "drain", "golemq-pg", f"c{CONCURRENCY}-claimstart")
@@ -273,74 +342,113 @@ def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
                      "(same runs)", "issue 41",
                      f"{_rate(plain.median()['jobs_per_s'])} vs "
                      f"{_rate(before.median()['jobs_per_s'])}",
-                     paired_ratio(plain, before), "the claim-time-start drain", at_least=0.97)
+                     paired_runs(plain, before), "the claim-time-start drain", at_least=0.97)
+
+
+#: The drain's client CPU per job (process_time over the timed drain, microseconds) and,
+#: in a traced drain's runs, the SDK's own CPU for one span of the same shape, measured
+#: in the same pass (benchmarks/systems/otel_cost.py).
+CPU_PER_JOB = "cpu_us_per_job"
+SDK_SPAN = "sdk_span_us"
+
+
+def _tracing_target(traced: Outcome, plain: Outcome, checks: _Checks) -> None:
+    """The traced drain against the best case the SDK allows: the plain drain slowed by
+    exactly one SDK span's CPU per job (run by run), and golemq-pg's own share of the extra
+    CPU per job."""
+    best, own = [], []
+    for t, p in zip(traced.runs, plain.runs, strict=False):
+        if not all(k in t for k in ("jobs_per_s", CPU_PER_JOB, SDK_SPAN)) or \
+                not all(k in p for k in ("jobs_per_s", CPU_PER_JOB)):
+            continue
+        best_rate = p["jobs_per_s"] * p[CPU_PER_JOB] / (p[CPU_PER_JOB] + t[SDK_SPAN])
+        best.append(t["jobs_per_s"] / best_rate)
+        extra = t[CPU_PER_JOB] - p[CPU_PER_JOB]
+        if extra > 0:
+            own.append(max(0.0, extra - t[SDK_SPAN]) / extra)
+    if not best:
+        return
+    tm, pm = traced.median(), plain.median()
+    share = f"{statistics.median(own):.0%}" if own else "none"
+    checks.ratio("drain with OpenTelemetry tracing >= 0.9x the best case the SDK allows "
+                 "(the plain drain's CPU per job + one SDK span's)", "issue 44",
+                 f"{_rate(tm['jobs_per_s'])} vs plain {_rate(pm['jobs_per_s'])}; CPU per job "
+                 f"{tm[CPU_PER_JOB]:.1f} us vs {pm[CPU_PER_JOB]:.1f} us, one SDK span "
+                 f"{tm[SDK_SPAN]:.1f} us; golemq-pg's own share of the extra CPU {share}",
+                 best, "the best case", at_least=0.9)
 
 
 def _latency_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     notify = _find(outcomes, "latency", "golemq-pg", "notify")
+    listen = _find(outcomes, "latency", "raw-sql", "listen")
     if notify:
         m = notify.median()
         checks.bound("latency p50 <= 3 ms (LISTEN/NOTIFY)", "docs/BENCHMARKS.md", m["p50_ms"],
-                     " ms", at_most=3)
+                     " ms", at_most=3, runs=[r["p50_ms"] for r in notify.runs])
         checks.bound("latency p99 <= 10 ms (LISTEN/NOTIFY)", "docs/BENCHMARKS.md", m["p99_ms"],
-                     " ms", at_most=10)
-        listen = _find(outcomes, "latency", "raw-sql", "listen")
+                     " ms", at_most=10, runs=[r["p99_ms"] for r in notify.runs])
         if listen:
-            checks.ratio("idle pickup latency p50 <= 1.3x the raw LISTEN loop's", "issue 19",
-                         f"p50 {m['p50_ms']:.2f} ms, raw LISTEN "
-                         f"{listen.median()['p50_ms']:.2f} ms", paired_ratio(notify, listen),
-                         "raw LISTEN", at_most=1.3)
+            lm = listen.median()
+            for pct, limit, source in (("p50", 1.3, "issues 19 and 44"), ("p99", 1.5, "issue 44")):
+                checks.ratio(f"idle pickup latency {pct} <= {limit}x the raw LISTEN loop's",
+                             source, f"{pct} {m[f'{pct}_ms']:.2f} ms, raw LISTEN "
+                             f"{lm[f'{pct}_ms']:.2f} ms",
+                             paired_runs(notify, listen, f"{pct}_ms"), "raw LISTEN",
+                             at_most=limit)
         checks.bound("idle pickup latency p99 <= 5 ms", "issue 19", m["p99_ms"], " ms",
-                     at_most=5)
+                     at_most=5, runs=[r["p99_ms"] for r in notify.runs])
     loaded = _find(outcomes, "loaded", "golemq-pg")
     if loaded:
         m = loaded.median()
         checks.bound(f"pickup latency p99 <= 20 ms under steady load at half the drain rate "
                      f"(p50 {m['p50_ms']:.2f} ms, {m['processed_per_s']:,.0f} processed/s of "
                      f"{m['offered_per_s']:,.0f} offered, drain {m['drain_per_s']:,.0f}/s)",
-                     "issue 19", m["p99_ms"], " ms", at_most=20)
+                     "issue 19", m["p99_ms"], " ms", at_most=20,
+                     runs=[r["p99_ms"] for r in loaded.runs])
+        raw = _find(outcomes, "loaded", "raw-sql")
+        if raw:
+            checks.ratio("pickup latency p99 under steady load at half the drain rate <= 1.5x "
+                         "the raw LISTEN loop's (each at half its own drain rate)", "issue 44",
+                         f"p99 {m['p99_ms']:.2f} ms, raw loop {raw.median()['p99_ms']:.2f} ms",
+                         paired_runs(loaded, raw, "p99_ms"), "the raw loop", at_most=1.5)
 
 
 def _enqueue_targets(outcomes: list[Outcome], checks: _Checks) -> None:
     bulk = _find(outcomes, "bulk", "golemq-pg", f"c{CONCURRENCY}")
     if bulk:
         checks.bound("add_many >= 150k jobs/s", "docs/BENCHMARKS.md; issue 19",
-                     bulk.median()["jobs_per_s"], " jobs/s", at_least=150_000)
+                     bulk.median()["jobs_per_s"], " jobs/s", at_least=150_000,
+                     runs=[r["jobs_per_s"] for r in bulk.runs])
     bulk_async = _find(outcomes, "bulk", "golemq-pg", "async")
     if bulk and bulk_async:
         # time ratio: async over sync = sync jobs/s over async jobs/s
         checks.ratio("AsyncQueue add_many within 1.2x of the sync add_many's time", "issue 17",
                      f"{_rate(bulk_async.median()['jobs_per_s'])} vs "
-                     f"{_rate(bulk.median()['jobs_per_s'])}", paired_ratio(bulk, bulk_async),
+                     f"{_rate(bulk.median()['jobs_per_s'])}", paired_runs(bulk, bulk_async),
                      "the sync time", at_most=1.2)
     single = _find(outcomes, "single", "golemq-pg", f"c{CONCURRENCY}")
     bare = _find(outcomes, "single", "raw-sql")
     if single and bare:
-        per_run = [a["ms_per_add"] / b["ms_per_add"]
-                   for a, b in zip(single.runs, bare.runs, strict=False)]
-        checks.ratio("single add within 1.2x of a bare INSERT+COMMIT", "docs/BENCHMARKS.md",
-                     f"{single.median()['ms_per_add']:.3f} ms vs "
-                     f"{bare.median()['ms_per_add']:.3f} ms", statistics.median(per_run),
-                     "the time", at_most=1.2)
+        per_run = paired_runs(single, bare, "ms_per_add")
+        for limit, source in ((1.2, "docs/BENCHMARKS.md (first pass)"),
+                              (1.1, "docs/BENCHMARKS.md; issue 44")):
+            checks.ratio(f"single add within {limit}x of a bare INSERT+COMMIT", source,
+                         f"{single.median()['ms_per_add']:.3f} ms vs "
+                         f"{bare.median()['ms_per_add']:.3f} ms", per_run,
+                         "the time", at_most=limit)
     pgq = _find(outcomes, "single", "pgqueuer")
     for key, label, source in ((f"c{CONCURRENCY}", "single add", "issue 19"),
-                               ("async", "AsyncQueue.add", "issue 17")):
+                               ("async", "AsyncQueue.add", "issues 17 and 44")):
         ours = _find(outcomes, "single", "golemq-pg", key)
         if ours and pgq:
             checks.ratio(f"{label} at least as fast as PGQueuer's one-job enqueue", source,
                          f"{ours.median()['ms_per_add']:.3f} ms vs PGQueuer "
-                         f"{pgq.median()['ms_per_add']:.3f} ms", paired_ratio(ours, pgq),
+                         f"{pgq.median()['ms_per_add']:.3f} ms", paired_runs(ours, pgq),
                          "PGQueuer's adds/s", at_least=1.0)
 
 
 def _guarded_targets(outcomes: list[Outcome], checks: _Checks) -> None:
-    bound = _find(outcomes, "guarded", "raw-sql", "b32x1")
     unguarded = _find(outcomes, "guarded", "golemq-pg", "unguarded")
-    bound_note = ""
-    if bound and unguarded:
-        # the plain claim-32 / complete-32 loop, set against the same unguarded drain
-        bound_note = (f" (a raw claim/complete loop of {CONCURRENCY} reaches "
-                      f"{paired_ratio(bound, unguarded) or 0:.2f}x)")
 
     def jobs(o: Outcome | None) -> str:
         return _rate(o.median()["jobs_per_s"]) if o else "-"
@@ -352,7 +460,7 @@ def _guarded_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         guarded, plain = (_find(outcomes, "guarded", "golemq-pg", k) for k in (key, same))
         if guarded and plain:
             measured = f"{jobs(guarded)} vs {jobs(plain)}"
-            pair = paired_ratio(guarded, plain)
+            pair = paired_runs(guarded, plain)
             checks.ratio(f"{label} >= 0.5x the same backlog unguarded", "docs/BENCHMARKS.md",
                          measured, pair, "the same backlog unguarded", at_least=0.5)
             checks.ratio(f"{label} >= 0.7x the same backlog unguarded", "issue 19",
@@ -360,16 +468,24 @@ def _guarded_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         if guarded:
             checks.ratio(f"{label} >= 0.5x unguarded (unscoped jobs)", "docs/BENCHMARKS.md",
                          f"{jobs(guarded)} vs {jobs(unguarded)}",
-                         ratios(outcomes, guarded).get("golemq-pg"), "unguarded", at_least=0.5)
-    for key, label, source in (
-            ("resource-open", "resource pool, cap above the worker's leases", "docs/BENCHMARKS.md"),
-            ("resource", "resource pool, cap = handler concurrency (binding)" + bound_note,
-             "docs/BENCHMARKS.md; issue 19")):
-        guarded = _find(outcomes, "guarded", "golemq-pg", key)
-        if guarded:
-            checks.ratio(f"{label} >= 0.5x unguarded", source,
-                         f"{jobs(guarded)} vs {jobs(unguarded)}",
-                         ratios(outcomes, guarded).get("golemq-pg"), "unguarded", at_least=0.5)
+                         ratio_runs(outcomes, guarded).get("golemq-pg"), "unguarded",
+                         at_least=0.5)
+    open_pool = _find(outcomes, "guarded", "golemq-pg", "resource-open")
+    if open_pool:
+        checks.ratio("resource pool, cap above the worker's leases >= 0.5x unguarded",
+                     "docs/BENCHMARKS.md", f"{jobs(open_pool)} vs {jobs(unguarded)}",
+                     ratio_runs(outcomes, open_pool).get("golemq-pg"), "unguarded",
+                     at_least=0.5)
+    # A pool whose cap is the handler's concurrency admits a lease only after the committed
+    # completion that frees its room: no statement leasing at most 32 jobs a commit beats
+    # the plain claim-32 / complete-32 loop, so that loop is the ceiling (issue 44).
+    binding = _find(outcomes, "guarded", "golemq-pg", "resource")
+    loop = _find(outcomes, "guarded", "raw-sql", "b32x1")
+    if binding and loop:
+        checks.ratio(f"resource pool, cap = handler concurrency (binding) >= 0.9x the raw "
+                     f"claim-{CONCURRENCY}/complete-{CONCURRENCY} loop", "issue 44",
+                     f"{jobs(binding)} vs {jobs(loop)}", paired_runs(binding, loop),
+                     f"the raw claim-{CONCURRENCY} loop", at_least=0.9)
 
 
 #: Where the after-vacuum targets come from: the report of a drain that collapsed once
@@ -418,7 +534,7 @@ def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         if plain:
             checks.ratio(f"workflows within 1.5x the time of {label}", WORKFLOW_SOURCE,
                          f"{m['seconds']:.2f} s vs {plain.median()['seconds']:.2f} s",
-                         paired_ratio(plain, flow), "the plain time", at_most=1.5)
+                         paired_runs(plain, flow), "the plain time", at_most=1.5)
     # Chancy's best configuration per run (its default flush and the shorter one).
     chancy = [o for o in outcomes if o.scenario.name == "workflow"
               and o.system.name == "chancy" and _ok(o)]
@@ -431,7 +547,7 @@ def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
         best = min(o.median()["seconds"] for o in chancy)
         checks.ratio("workflows >= 3x faster than Chancy's workflows (its best configuration)",
                      WORKFLOW_SOURCE, f"{m['seconds']:.2f} s vs Chancy {best:.2f} s",
-                     statistics.median(per_run), "Chancy's time", at_least=3.0)
+                     per_run, "Chancy's time", at_least=3.0)
     # The release latency: two-job chains sent one at a time to the idle worker, against
     # single jobs sent to it the same way (the loaded run's parent -> child figures include
     # the queueing behind 24,000 jobs, reported beside it).
@@ -443,7 +559,7 @@ def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
                      f"p50 {m['p50_ms']:.2f} ms, p99 {m['p99_ms']:.2f} ms)", WORKFLOW_SOURCE,
                      f"chain p50 {m['chain_p50_ms']:.2f} ms, idle pickup p50 "
                      f"{m['idle_p50_ms']:.2f} ms",
-                     statistics.median(pairs), "idle pickup", at_most=2.0)
+                     pairs, "idle pickup", at_most=2.0)
 
 
 def load_outcomes(doc: dict[str, Any]) -> list[Outcome]:
@@ -496,23 +612,26 @@ def print_tables(console: Console, outcomes: list[Outcome], found: list[Target])
         console.print(table)
     if found:
         table = Table(title=TARGETS_TITLE, title_justify="left")
-        for column in ("target", "from", "measured (medians)", "ratio", "met"):
+        for column in ("target", "from", "measured (medians)", "ratio", "runs", "met"):
             table.add_column(column)
         for t in found:
             table.add_row(escape(t.text), t.source, escape(t.measured), escape(t.ratio_text),
-                          "[green]met[/]" if t.ok else "[red]NOT met[/]")
+                          t.spread_text,
+                          f"[green]{t.verdict}[/]" if t.ok else f"[red]{t.verdict}[/]")
         console.print(table)
         console.print(targets_summary(found))
 
 
 #: The heading of the target table, on the terminal and in benchmarks/RESULTS.md.
-TARGETS_TITLE = "Targets (docs/BENCHMARKS.md, issues 16, 17, 19, 37 and 42)"
+TARGETS_TITLE = "Targets (docs/BENCHMARKS.md, issues 16, 17, 19, 37, 42 and 44)"
 
 
 def targets_summary(found: list[Target]) -> str:
-    """One line: how many of the measured targets this run met."""
+    """One line: how many of the measured targets this run met, and in every run."""
     missed = [t for t in found if not t.ok]
+    every = sum(1 for t in found if t.verdict == "met in every run")
     return (f"{len(found) - len(missed)} of {len(found)} targets met in this run"
+            + (f" ({every} in every run)" if every else "")
             + (f"; not met: {len(missed)}" if missed else ""))
 
 
@@ -646,12 +765,16 @@ def write_results_md(path: Path, *, machine: dict[str, Any], sizes: Sizes, runs:
     if found:
         out += [f"## {TARGETS_TITLE}", "",
                 "Each target checked on this run's figures: the medians of the runs, ratios "
-                "as the median of the per-run ratios; for an absolute bound the ratio is the "
-                "measured median over the bound. Reported, not asserted: a missed target "
-                "does not fail the run.", "",
-                "| target | from | measured (medians) | ratio | met |", "|---|---|---|---|---|"]
+                "as the median of the per-run ratios (run i of both sides measured in the "
+                "same pass); for an absolute bound the ratio is the measured median over the "
+                "bound. The runs column gives the per-run ratios' lowest and highest: a "
+                f"target is \"met in every run\" when each of at least {VERDICT_RUNS} runs "
+                "meets it too, \"met\" when the median does. Reported, not asserted: a "
+                "missed target does not fail the run.", "",
+                "| target | from | measured (medians) | ratio | runs | met |",
+                "|---|---|---|---|---|---|"]
         out += [f"| {t.text} | {t.source} | {t.measured} | {t.ratio_text} | "
-                f"{'met' if t.ok else 'NOT met'} |" for t in found]
+                f"{t.spread_text} | {t.verdict} |" for t in found]
         out += ["", targets_summary(found) + ".", ""]
     for scenario in SCENARIOS:
         if _scenario_rows(outcomes, scenario):
