@@ -467,6 +467,7 @@ class PostgresStore(
             {jobs_channel: "jobs", cancel_channel: "cancel"},
             connect_kwargs=kwargs,
             setup=self._shared.setup,
+            claimer=self._shared.claimer,
         )
 
 
