@@ -65,3 +65,15 @@ def machine_info(dsn: str) -> dict[str, Any]:
         **_server(dsn),
         "packages": {name: _version(name) for name in PACKAGES},
     }
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this host has spent busy since boot (``/proc/stat``: all but
+    idle and iowait); 0.0 where there is no such file."""
+    try:
+        fields = Path("/proc/stat").read_text(encoding="utf-8").split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(f) for f in fields[:8]]
+    busy = sum(ticks) - ticks[3] - ticks[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")

@@ -345,37 +345,42 @@ def _drain_targets(outcomes: list[Outcome], checks: _Checks) -> None:
                      paired_runs(plain, before), "the claim-time-start drain", at_least=0.97)
 
 
-#: The drain's client CPU per job (process_time over the timed drain, microseconds) and,
-#: in a traced drain's runs, the SDK's own CPU for one span of the same shape, measured
-#: in the same pass (benchmarks/systems/otel_cost.py).
+#: The drain's CPU per job (microseconds), measured over the timed drain: the client's
+#: (process_time) and the whole host's (client + PostgreSQL, /proc/stat busy time); in a
+#: traced drain's runs also the SDK's own CPU for one span of the same shape, measured in the
+#: same pass (benchmarks/systems/otel_cost.py).
 CPU_PER_JOB = "cpu_us_per_job"
+HOST_CPU_PER_JOB = "host_cpu_us_per_job"
 SDK_SPAN = "sdk_span_us"
 
 
 def _tracing_target(traced: Outcome, plain: Outcome, checks: _Checks) -> None:
     """The traced drain against the best case the SDK allows: the plain drain slowed by
-    exactly one SDK span's CPU per job (run by run), and golemq-pg's own share of the extra
-    CPU per job."""
+    exactly one SDK span's CPU per job on top of the host's CPU per job (client and server
+    share the cores), run by run; and golemq-pg's own share of the extra CPU per job."""
     best, own = [], []
     for t, p in zip(traced.runs, plain.runs, strict=False):
-        if not all(k in t for k in ("jobs_per_s", CPU_PER_JOB, SDK_SPAN)) or \
-                not all(k in p for k in ("jobs_per_s", CPU_PER_JOB)):
+        key = HOST_CPU_PER_JOB if t.get(HOST_CPU_PER_JOB) and p.get(HOST_CPU_PER_JOB) \
+            else CPU_PER_JOB
+        if not t.get(SDK_SPAN) or not p.get(key) or key not in t:
             continue
-        best_rate = p["jobs_per_s"] * p[CPU_PER_JOB] / (p[CPU_PER_JOB] + t[SDK_SPAN])
+        best_rate = p["jobs_per_s"] * p[key] / (p[key] + t[SDK_SPAN])
         best.append(t["jobs_per_s"] / best_rate)
-        extra = t[CPU_PER_JOB] - p[CPU_PER_JOB]
+        extra = t[CPU_PER_JOB] - p[CPU_PER_JOB]  # the span's CPU is the client's
         if extra > 0:
             own.append(max(0.0, extra - t[SDK_SPAN]) / extra)
     if not best:
         return
     tm, pm = traced.median(), plain.median()
     share = f"{statistics.median(own):.0%}" if own else "none"
+    host = (f", host {tm[HOST_CPU_PER_JOB]:.1f} vs {pm[HOST_CPU_PER_JOB]:.1f} us"
+            if HOST_CPU_PER_JOB in tm and HOST_CPU_PER_JOB in pm else "")
     checks.ratio("drain with OpenTelemetry tracing >= 0.9x the best case the SDK allows "
-                 "(the plain drain's CPU per job + one SDK span's)", "issue 44",
-                 f"{_rate(tm['jobs_per_s'])} vs plain {_rate(pm['jobs_per_s'])}; CPU per job "
-                 f"{tm[CPU_PER_JOB]:.1f} us vs {pm[CPU_PER_JOB]:.1f} us, one SDK span "
-                 f"{tm[SDK_SPAN]:.1f} us; golemq-pg's own share of the extra CPU {share}",
-                 best, "the best case", at_least=0.9)
+                 "(the plain drain slowed by one SDK span's CPU per job)", "issue 44",
+                 f"{_rate(tm['jobs_per_s'])} vs plain {_rate(pm['jobs_per_s'])}; CPU per job: "
+                 f"client {tm[CPU_PER_JOB]:.1f} vs {pm[CPU_PER_JOB]:.1f} us{host}; one SDK "
+                 f"span {tm[SDK_SPAN]:.1f} us; golemq-pg's own share of the extra client "
+                 f"CPU {share}", best, "the best case", at_least=0.9)
 
 
 def _latency_targets(outcomes: list[Outcome], checks: _Checks) -> None:

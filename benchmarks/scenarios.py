@@ -113,8 +113,9 @@ def run_drain(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figur
         system.install(box)
         system.enqueue_setup(box, n)
         analyze_backlog(box)
+        system.drain_figures = {}
         seconds = system.drain(box, variant, n)
-    return {"jobs_per_s": n / seconds, "seconds": seconds, "jobs": n}
+    return {"jobs_per_s": n / seconds, "seconds": seconds, "jobs": n, **system.drain_figures}
 
 
 def run_steady(system: System, variant: Variant, dsn: str, sizes: Sizes) -> Figures:
@@ -307,8 +308,15 @@ def run_dashboard(system: System, variant: Variant, dsn: str, sizes: Sizes) -> F
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("drain", "Drain (burn-down) throughput",
              "N no-op jobs are enqueued first (not timed), then consumed until the queue is "
-             "empty; jobs/s = N / wall time of the consumers.",
-             (Metric("jobs_per_s", "jobs/s"),), run_drain),
+             "empty; jobs/s = N / wall time of the consumers. golemq-pg's CPU per job: the "
+             "client's (process_time of the worker's process over the drain, every thread) "
+             "and the host's (/proc/stat busy time: client and PostgreSQL) / N; a "
+             "traced drain's run also measures one OpenTelemetry SDK span of the CONSUMER "
+             "span's shape through the same provider (benchmarks/systems/otel_cost.py).",
+             (Metric("jobs_per_s", "jobs/s"),
+              Metric("cpu_us_per_job", "client CPU us/job", higher_is_better=False),
+              Metric("host_cpu_us_per_job", "host CPU us/job", higher_is_better=False),
+              Metric("sdk_span_us", "one SDK span us", higher_is_better=False)), run_drain),
     Scenario("steady", "Steady state",
              "One producer enqueues batches of 100 as fast as it can while the consumers run, "
              "for a fixed time; jobs/s processed (and enqueued) over that window.",

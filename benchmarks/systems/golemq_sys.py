@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from benchmarks.machine import machine_busy_seconds
 from benchmarks.sandbox import Sandbox, analyze_backlog
 from benchmarks.systems.base import (
     JOB_TYPE,
@@ -219,17 +220,22 @@ class _Counter:
 
 
 @contextlib.contextmanager
-def _traced(on: bool) -> Iterator[None]:
-    """With ``on``: golemq_pg.tracing instrumented with an SDK TracerProvider whose batch
-    processor hands every span to an exporter that drops it."""
+def _traced(on: bool, ratio: float | None = None) -> Iterator[Any]:
+    """With ``on``: golemq_pg.tracing instrumented with an SDK TracerProvider (yielded) whose
+    batch processor hands every span to an exporter that drops it; ``ratio``: its sampler
+    is ``ParentBased(TraceIdRatioBased(ratio))`` (else the SDK's default, always on)."""
     if not on:
-        yield
+        yield None
         return
     from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
     from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
         BatchSpanProcessor,
         SpanExporter,
         SpanExportResult,
+    )
+    from opentelemetry.sdk.trace.sampling import (  # noqa: PLC0415
+        ParentBased,
+        TraceIdRatioBased,
     )
 
     from golemq_pg import tracing  # noqa: PLC0415
@@ -238,11 +244,12 @@ def _traced(on: bool) -> Iterator[None]:
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    sampler = None if ratio is None else ParentBased(TraceIdRatioBased(ratio))
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Dropped()))
     tracing.instrument(tracer_provider=provider)
     try:
-        yield
+        yield provider
     finally:
         tracing.uninstrument()
         provider.shutdown()
@@ -295,6 +302,12 @@ class GolemqSystem(System):
                     Variant(self.name, f"c{CONCURRENCY}+otel",
                             f"golemq-pg concurrency {CONCURRENCY}, OpenTelemetry tracing",
                             {**base, "otel": True}, full_only=True),
+                    # The same, the provider sampling 1% of new traces (a job follows its
+                    # producer's trace: the backlog's add_many spans decide).
+                    Variant(self.name, f"c{CONCURRENCY}+otel1pct",
+                            f"golemq-pg concurrency {CONCURRENCY}, OpenTelemetry tracing "
+                            "sampled at 1%", {**base, "otel": True, "otel_ratio": 0.01},
+                            full_only=True),
                     # The same drain with golemq_pg.metrics.PrometheusObserver attached.
                     Variant(self.name, f"c{CONCURRENCY}+prometheus",
                             f"golemq-pg concurrency {CONCURRENCY}, PrometheusObserver",
@@ -492,10 +505,12 @@ class GolemqSystem(System):
 
     def drain(self, box: Sandbox, variant: Variant, n: int) -> float:
         otel = bool(variant.options.get("otel"))
+        ratio = variant.options.get("otel_ratio")
         # The ceiling's loops connect before the clock starts; so does the worker's pool (a
         # drain keeps WARM_CONNECTIONS busy: the claim loop, the completer and an upkeep
         # statement now and then), instead of growing it while timed.
-        with self._store(box, min_size=WARM_CONNECTIONS) as store, _traced(otel):
+        with self._store(box, min_size=WARM_CONNECTIONS) as store, \
+                _traced(otel, ratio) as provider:
             store.pool.wait()
             if otel:  # the backlog again, as traced add_many calls leave it (not timed)
                 import psycopg  # noqa: PLC0415
@@ -505,7 +520,13 @@ class GolemqSystem(System):
                         psycopg.sql.Identifier(box.schema)))
                 self.enqueue_setup(box, n)
                 analyze_backlog(box)
-            return self._drain_on(store, box, variant, n)
+            seconds = self._drain_on(store, box, variant, n)
+            if otel and ratio is None:  # the best case's other half, with the same provider
+                from benchmarks.systems.otel_cost import sdk_span_cpu_us  # noqa: PLC0415
+
+                self.drain_figures = {**self.drain_figures,
+                                      "sdk_span_us": sdk_span_cpu_us(provider)}
+            return seconds
 
     def drain_twice(self, box: Sandbox, variant: Variant, n: int,
                     between: Callable[[], object]) -> tuple[float, float]:
@@ -529,9 +550,14 @@ class GolemqSystem(System):
         succeeded rows and stored results the table held already (:func:`_finished`)."""
         counter = _Counter()
         worker = self._worker(store, variant, lambda _job: counter.add())
-        started = time.perf_counter()
+        started, cpu, busy = time.perf_counter(), time.process_time(), machine_busy_seconds()
         worker.run_until_empty(timeout=900)
         elapsed = time.perf_counter() - started
+        # CPU per job: the client's, every thread of this process (the worker's, the span
+        # processor's), and the whole host's (client + PostgreSQL, on a quiet host): what
+        # tracing's best case is stated on.
+        self.drain_figures = {"cpu_us_per_job": (time.process_time() - cpu) / n * 1e6,
+                              "host_cpu_us_per_job": (machine_busy_seconds() - busy) / n * 1e6}
         # Not timed: every acknowledgement must have landed when run_until_empty returned.
         succeeded = _api()[1](store).count_by_status()[_succeeded()] - before[0]
         if counter.value != n or succeeded != n:

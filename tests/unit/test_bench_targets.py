@@ -110,8 +110,24 @@ def test_the_traced_drain_is_set_against_the_plain_drain_slowed_by_one_sdk_span(
     assert row.ratio == pytest.approx(0.8625)
     assert not row.ok
     # extra CPU 24 and 30 us a job, of which the span is 20: golemq-pg's own 17% and 33%
-    assert "golemq-pg's own share of the extra CPU 25%" in row.measured
+    assert "golemq-pg's own share of the extra client CPU 25%" in row.measured
     assert not by_text(found, "drain with OpenTelemetry tracing >= 0.85x")  # replaced
+
+
+def test_the_traced_drains_best_case_uses_the_hosts_cpu_per_job_where_measured() -> None:
+    def run(rate: float, client: float, host: float, span: float = 0.0) -> dict[str, float]:
+        return {"jobs_per_s": rate, report.CPU_PER_JOB: client, report.HOST_CPU_PER_JOB: host,
+                report.SDK_SPAN: span}
+
+    found = report.targets([
+        outcome("drain", "golemq-pg", "c32", [run(20_000, 15.0, 60.0)]),
+        # best case: 20,000 x 60 / (60 + 30) = 13,333 jobs/s; 12,100 is 0.9075x of it
+        outcome("drain", "golemq-pg", "c32+otel", [run(12_100, 55.0, 100.0, 30.0)]),
+    ])
+    row = one(found, "drain with OpenTelemetry tracing >= 0.9x the best case")
+    assert row.ratio == pytest.approx(0.9075)
+    assert row.ok
+    assert "host 100.0 vs 60.0 us" in row.measured
 
 
 def test_a_target_met_by_the_median_is_met_in_every_run_only_when_the_lowest_run_is() -> None:
