@@ -30,6 +30,15 @@ status ERROR; the message is the bounded first line golemq-pg writes everywhere
 payload in a later line does not put it in a span. An attempt whose signal fired for a
 timeout, a cancel or a lost lease is ERROR too. No payload is ever read here.
 
+Sampling: a job whose producer span was not sampled (its stored ``traceparent``'s
+trace-flags say so, as they do under ``ParentBased(TraceIdRatioBased(r))`` for the
+``1 - r`` of traces it drops) runs with no CONSUMER span at all: ``attempt`` reads those two
+characters and returns at once, before any span, attribute or link is made (a few
+microseconds a job), so the consumer side follows the decision taken where the job was
+added. A job with no stored context (added untraced, or with no SDK) or an unreadable one
+gets its span as before, sampled by the provider's sampler as a new root; a grouped batch is
+traced when any member's trace is sampled or has no context.
+
 When not instrumented nothing is imported from OpenTelemetry (this module is the only one
 that imports it) and every traced path costs one ``is None`` test: see
 :mod:`golemq_pg._trace_hook`. :func:`uninstrument` turns it off again.
@@ -115,6 +124,23 @@ def uninstrument() -> None:
 def instrumented() -> bool:
     """Whether :func:`instrument` is in effect."""
     return _trace_hook.tracer is not None
+
+
+def _sampled(carrier: object) -> bool:
+    """False only when ``carrier`` (a job's stored trace context) holds a W3C
+    ``traceparent`` whose trace-flags say the producer's trace was not sampled; every other
+    value (none, unreadable) leaves the decision to the provider's sampler. Reads the flags'
+    two hex digits and nothing else."""
+    if carrier is None:
+        return True
+    parent = carrier.get("traceparent") if isinstance(carrier, dict) else None
+    # version "-" trace-id(32) "-" parent-id(16) "-" flags(2): the flags at [53:55]
+    if not isinstance(parent, str) or len(parent) < 55 or parent[52] != "-":
+        return True
+    try:
+        return bool(int(parent[53:55], 16) & 1)
+    except ValueError:
+        return True
 
 
 def _exception_type(error: BaseException) -> str:
@@ -236,6 +262,11 @@ class _Tracer:
     def attempt(
         self, jobs: Sequence[ClaimedJob], attempt: int, *, activate: bool = True
     ) -> _Attempt | _Untraced:
+        if len(jobs) == 1:
+            if not _sampled(jobs[0].trace_context):
+                return _UNTRACED  # the producer's trace was sampled out: nothing to record
+        elif not any(_sampled(member.trace_context) for member in jobs):
+            return _UNTRACED
         try:
             job = jobs[0]
             attributes: dict[str, str | int] = {

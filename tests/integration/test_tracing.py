@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 from psycopg import sql
 
@@ -362,6 +363,82 @@ def test_a_malformed_stored_context_gives_a_span_without_a_link(
     assert sorted((s.attributes or {})["messaging.message.id"] for s in processed) == ids
     assert [s.links for s in processed] == [()] * 4
     assert [s.status.status_code for s in processed] == [StatusCode.UNSET] * 4
+
+
+def _added_with(provider: TracerProvider, queue: Queue, job_type: str, **fields: Any) -> str:
+    """A job added with ``provider`` instrumented (its sampler decides the send span)."""
+    tracing.instrument(tracer_provider=provider)
+    return add_job(queue, job_type, {}, **fields)
+
+
+def test_a_job_whose_producer_trace_was_sampled_out_runs_without_a_consumer_span(
+    spans: InMemorySpanExporter, pg_store: Any, pg_dsn: str, schema: str
+) -> None:
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    always = TracerProvider()
+    always.add_span_processor(SimpleSpanProcessor(spans))
+    queue = Queue(pg_store)
+    dropped = _added_with(sampled_out, queue, "mail")
+    kept = _added_with(always, queue, "mail")
+    plain = _added_with(always, queue, "other")
+    tracing.uninstrument()
+    untraced = add_job(queue, "other", {})
+    stored = _stored_contexts(pg_dsn, schema)
+    # the decision travels with the job: the sampled bit of the stored trace-flags
+    assert int(stored[dropped]["traceparent"][-2:], 16) & 1 == 0
+    assert int(stored[kept]["traceparent"][-2:], 16) & 1 == 1
+    tracing.instrument(tracer_provider=always)
+    worker = fast_worker(pg_store)
+    ran: list[str] = []
+    worker.handler("mail")(lambda event: ran.append(event.id))
+    worker.handler("other")(lambda event: ran.append(event.id))
+    worker.run_until_empty(timeout=30)
+    assert sorted(ran, key=int) == sorted([dropped, kept, plain, untraced], key=int)
+    processed = {(s.attributes or {})["messaging.message.id"]
+                 for s in spans.get_finished_spans() if s.name.startswith("process ")}
+    assert processed == {kept, plain, untraced}  # no context: the provider's sampler decides
+
+
+def test_a_grouped_batch_is_traced_when_any_members_trace_is_sampled(
+    spans: InMemorySpanExporter, pg_store: Any
+) -> None:
+    always = TracerProvider()
+    always.add_span_processor(SimpleSpanProcessor(spans))
+    queue = Queue(pg_store)
+    out = [_added_with(TracerProvider(sampler=ALWAYS_OFF), queue, "digest",
+                       scope=("user", "u1")) for _ in range(2)]
+    kept = _added_with(always, queue, "digest", scope=("user", "u1"))
+    worker = fast_worker(pg_store)
+    batches: list[int] = []
+    worker.handler("digest", grouped=True)(lambda batch: batches.append(len(batch.jobs)))
+    worker.run_until_empty(timeout=30)
+    assert batches == [3]
+    (process,) = _named(spans, "process digest")
+    # linked to every member (a sampled-out producer span still has a valid context)
+    assert {(link.attributes or {})["messaging.message.id"] for link in process.links} == {
+        *out, kept}
+    worker = fast_worker(pg_store)
+    for _ in range(2):
+        _added_with(TracerProvider(sampler=ALWAYS_OFF), queue, "digest", scope=("user", "u2"))
+    worker.handler("digest", grouped=True)(lambda batch: batches.append(len(batch.jobs)))
+    worker.run_until_empty(timeout=30)
+    assert batches == [3, 2]
+    assert len(_named(spans, "process digest")) == 1  # every member sampled out: no span
+
+
+@pytest.mark.parametrize(("context", "sampled"), [
+    (None, True), ({}, True), ({"traceparent": 5}, True), ("text", True),
+    ({"traceparent": "00-garbage"}, True),
+    ({"traceparent": "00-5b8aa5a2d2c872e8321cf37308d69df2-051581bf3cb55c13-zz"}, True),
+    ({"traceparent": "00-5b8aa5a2d2c872e8321cf37308d69df2-051581bf3cb55c13-01"}, True),
+    ({"traceparent": "00-5b8aa5a2d2c872e8321cf37308d69df2-051581bf3cb55c13-03"}, True),
+    ({"traceparent": "00-5b8aa5a2d2c872e8321cf37308d69df2-051581bf3cb55c13-00"}, False),
+    ({"traceparent": "00-5b8aa5a2d2c872e8321cf37308d69df2-051581bf3cb55c13-02"}, False),
+])
+def test_only_a_readable_unsampled_traceparent_skips_the_consumer_span(
+    context: object, sampled: bool
+) -> None:
+    assert tracing._sampled(context) is sampled
 
 
 def test_golemq_pg_imports_no_opentelemetry_unless_tracing_is_used() -> None:
