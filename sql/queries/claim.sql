@@ -507,6 +507,47 @@ pick AS (
 {fragment_claim_finish}
 
 
+-- name: job_claim_pooled
+-- Guarded path for a type guarded by resource pools only (no serialize_by_scope,
+-- not_while_running or waits_for; not grouped), run right after claim_lock_exclusive in the
+-- same transaction, as job_claim_guarded is: the same gate (pause, the pools' room and rate
+-- budgets, charged by the same finish), the same window of the first "scan_limit" due rows
+-- minus keyed rows whose key is running, but none of the scope machinery (live scopes,
+-- scope_first, the scope walk), which a pool-only type never needs. Its plan is about a
+-- third of job_claim_guarded's, whose executor start-up and unused branches each claim of a
+-- binding pool paid (a pool as wide as the handler leases at most that many jobs per commit).
+WITH {fragment_claim_pools},
+{fragment_claim_gate},
+cand AS MATERIALIZED (
+    SELECT j.id
+      FROM (SELECT j0.id, j0.type, j0.priority, j0.run_at, j0.dedupe_key
+              FROM {schema}.jobs j0
+             WHERE j0.type = %(type)s::text
+               AND j0.status = 'pending'
+               AND j0.run_at <= statement_timestamp()
+             ORDER BY j0.priority DESC, j0.run_at, j0.id
+             LIMIT %(scan_limit)s::int) j
+     WHERE j.dedupe_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {schema}.jobs k
+                WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
+                  AND k.status = 'running'
+                OFFSET 0)
+     ORDER BY j.priority DESC, j.run_at, j.id
+     LIMIT (SELECT q.n FROM quota q)
+),
+window_units AS (
+    SELECT count(*) AS n FROM cand
+),
+walk_end AS (
+    -- no scope walk: the finish's walk columns stay NULL
+    SELECT NULL::text AS scope_type, NULL::text AS scope_id
+),
+pick AS (
+    SELECT c.id FROM cand c
+),
+{fragment_claim_finish}
+
+
 -- name: job_claim_grouped
 -- Guarded path for a grouped type: each (type, scope) with due work and no live lease is a
 -- group; up to "limit" groups are leased whole, in arrival order (id), up to max_batch jobs

@@ -217,6 +217,12 @@ CLAIMS: dict[str, TypeSlots] = {
     "serialize_by_scope": TypeSlots("work", 100, 300, serialize_by_scope=True),
     "not_while_running": TypeSlots("work", 100, 300, not_while_running=("other",)),
     "grouped": TypeSlots("work", 100, 300, grouped=True, max_batch=5),
+    # guarded by a pool only: the lean claim (job_claim_pooled), room for 100 more
+    "resource pool": TypeSlots("work", 100, 300),
+}
+#: The resource pools of a claim kind (none but the pooled one's).
+CLAIM_POOLS: dict[str, dict[str, Resource]] = {
+    "resource pool": {"pool": Resource(concurrency=RUNNING + 100, types=["work"])},
 }
 
 
@@ -242,7 +248,7 @@ def test_a_claim_reads_index_ranges_after_a_vacuum_while_idle(
                              scope=("s", "one") if kind != "fast" else None)
     with psycopg.connect(pg_dsn, autocommit=True) as conn, explained(conn, mode) as plans:
         claimed = pg_store.with_connection(conn).job_claim(
-            ClaimRequest(owner="w2", types=[CLAIMS[kind]]))
+            ClaimRequest(owner="w2", types=[CLAIMS[kind]], resources=CLAIM_POOLS.get(kind, {})))
     assert claimed, kind
     _assert_ranges_of_indexes(plans)
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 import golemq_pg
+from golemq_pg.store.port import TypeSlots
+from golemq_pg.store.postgres._claim import guarded_statement
 from golemq_pg.store.postgres._sql import (
     Queries,
     RawStatement,
@@ -37,13 +39,27 @@ def test_raw_statement_numbers_each_name_once_in_order_of_first_use() -> None:
 
 def test_the_guarded_claims_keep_every_parameter_through_the_rewrite() -> None:
     queries = Queries("golemq")
-    for name in ("job_claim_guarded", "job_claim_grouped"):
+    for name in ("job_claim_guarded", "job_claim_grouped", "job_claim_pooled"):
         raw = queries.raw(name)
         assert queries.raw(name) is raw  # converted once
         assert b"%(" not in raw.text
         assert f"${len(raw.names)}".encode() in raw.text
         assert f"${len(raw.names) + 1}".encode() not in raw.text
-        assert {"type", "limit", "owner", "cursor_type", "scope_depth"} <= set(raw.names)
+        assert {"type", "limit", "owner", "pool_names", "rate_window"} <= set(raw.names)
+    assert {"cursor_type", "scope_depth"} <= set(queries.raw("job_claim_guarded").names)
+    assert "scope_depth" not in queries.raw("job_claim_pooled").names  # no scope walk
+
+
+@pytest.mark.parametrize(("slot", "statement"), [
+    (TypeSlots("t", 32, 30), "job_claim_pooled"),  # on the guarded path only for its pools
+    (TypeSlots("t", 32, 30, serialize_by_scope=True), "job_claim_guarded"),
+    (TypeSlots("t", 32, 30, not_while_running=("u",)), "job_claim_guarded"),
+    (TypeSlots("t", 32, 30, waits_for=("u",)), "job_claim_guarded"),
+    (TypeSlots("t", 32, 30, grouped=True, serialize_by_scope=True), "job_claim_grouped"),
+])
+def test_a_type_guarded_by_pools_only_takes_the_lean_claim(slot: TypeSlots,
+                                                           statement: str) -> None:
+    assert guarded_statement(slot) == statement
 
 
 def test_templates_are_not_rendered_with_the_schema_and_listen_quotes_its_channel() -> None:

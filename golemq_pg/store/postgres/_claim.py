@@ -95,6 +95,16 @@ def most_admitted(job_type: str, pools: Sequence[tuple[str, Resource]]) -> int |
     return min(bounds) if bounds else None
 
 
+def guarded_statement(slot: TypeSlots) -> str:
+    """The claim statement of a type on the guarded path: grouped, guarded by its own
+    options, or guarded by resource pools only (the lean ``job_claim_pooled``)."""
+    if slot.grouped:
+        return "job_claim_grouped"
+    if slot.guarded:
+        return "job_claim_guarded"
+    return "job_claim_pooled"
+
+
 class Claimer:
     """Runs claims for one schema on connections the store hands it."""
 
@@ -265,7 +275,7 @@ class Claimer:
         stamp: bool,
     ) -> tuple[list[ClaimedJob], ClaimBlock | None]:
         lock_params, params = self.guarded_params(owner, slot, resources, stamp=stamp)
-        query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
+        query = self._q.raw(guarded_statement(slot))
         rows = self._guarded_round(conn, lock_params, query, params, managed=managed)
         return self._guarded_outcome(slot, rows)
 
@@ -317,7 +327,7 @@ class Claimer:
             lock_params, params = self.guarded_params(
                 request.owner, slot, dict(request.resources), stamp=not request.defer_start
             )
-            query = self._q.raw("job_claim_grouped" if slot.grouped else "job_claim_guarded")
+            query = self._q.raw(guarded_statement(slot))
             cur = psycopg.RawCursor(conn)
             if self.prepare:
                 with conn.pipeline(), conn.transaction():
