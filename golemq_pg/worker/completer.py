@@ -456,10 +456,13 @@ def _result_chunks(items: list[Any]) -> list[list[Any]]:
     about ``_CHUNK_RESULT_BYTES`` of them (so large results never make a huge statement)."""
     if ResultRef not in set(map(type, items)):  # C speed: no per-item Python loop
         return _chunks(items)
+    sizes = [len(item.result) if type(item) is ResultRef and item.result else 0
+             for item in items]
+    if sum(sizes) <= _CHUNK_RESULT_BYTES:  # the usual small results: no size split
+        return _chunks(items)
     chunks: list[list[Any]] = [[]]
     size = 0
-    for item in items:
-        extra = len(item.result) if type(item) is ResultRef and item.result else 0
+    for item, extra in zip(items, sizes, strict=True):
         if chunks[-1] and (len(chunks[-1]) >= _CHUNK or size + extra > _CHUNK_RESULT_BYTES):
             chunks.append([])
             size = 0

@@ -121,6 +121,12 @@ def test_large_results_are_written_in_statements_of_bounded_size() -> None:
     assert [item for chunk in chunks for item in chunk] == items
     plain: list[Any] = [LeaseRef(str(i), 1) for i in range(2500)]
     assert [len(c) for c in _result_chunks(plain)] == [1000, 1000, 500]
+    # Small results, mixed with plain completions: split by count only.
+    mixed: list[Any] = [ResultRef(str(i), 1, b"{}") if i % 2 else LeaseRef(str(i), 1)
+                        for i in range(2500)]
+    assert [len(c) for c in _result_chunks(mixed)] == [1000, 1000, 500]
+    # Exactly the byte budget fits one statement.
+    assert [len(c) for c in _result_chunks(items[:8])] == [8]
 
 
 def test_delete_on_of_the_handler_wins_over_the_worker() -> None:
