@@ -523,16 +523,6 @@ class Listener(Protocol):
     def wait(self, timeout: float) -> list[Notification]:
         """Block up to ``timeout`` seconds; return what arrived (maybe nothing)."""
 
-    def job_claim(self, request: ClaimRequest) -> list[ClaimedJob] | None:
-        """Claim ``request`` as :meth:`JobStore.job_claim` does, on this listener's own
-        connection, right after a ``wait`` that brought hints; None when it has no connection
-        to claim on (the caller then claims through the store).
-
-        A notification has just woken the server process behind the LISTEN connection; a
-        pooled connection idle since the last job has to be woken first (0.3-0.5 ms measured
-        on a 2-core host: most of an idle pickup's gap to a bare LISTEN loop, which claims on
-        its LISTEN connection)."""
-
     def close(self) -> None:
         """Stop listening and release the connection."""
 

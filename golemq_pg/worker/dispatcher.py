@@ -25,7 +25,6 @@ from golemq_pg.store.port import (
     ClaimedJob,
     ClaimRequest,
     LeaseRef,
-    Listener,
     TypeSlots,
     claim_blocked,
 )
@@ -163,8 +162,6 @@ class ClaimLoop(Service):
         self._turn = threading.Lock()
         #: Set when a stop stopped waiting for the claim in flight (see :meth:`stop`).
         self._given_up = False
-        #: The listener whose hint the pass in progress answers (see :meth:`hint`).
-        self._via: Listener | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, timeout: float | None = None) -> None:
@@ -179,7 +176,7 @@ class ClaimLoop(Service):
             self._given_up = True
 
     # -- hints ------------------------------------------------------------------------------
-    def hint(self, types: Iterable[str], via: Listener | None = None) -> None:
+    def hint(self, types: Iterable[str]) -> None:
         """Jobs of ``types`` became due (empty: any type): claim them now.
 
         When the loop is idle (waiting, not claiming, not recovering from store errors, its
@@ -187,17 +184,14 @@ class ClaimLoop(Service):
         a bare LISTEN loop claims on the thread the notification woke: waking this loop's
         thread first cost a thread wake-up on the path from enqueue to handler (and under
         load its GIL hand-off, milliseconds at the tail). Otherwise it wakes the loop, as
-        before. Cancel notices wait for such a pass (one quick claim) to end. ``via``: the
-        listener that brought the hint; such a pass claims on its connection, whose server
-        process the notification has just woken (``Listener.job_claim``), as a bare LISTEN
-        loop does.
+        before. Cancel notices wait for such a pass (one quick claim) to end.
         """
         if not self.runtime.hint(tuple(types), wake=False):
             return
-        if not self._claim_here(via):
+        if not self._claim_here():
             self.runtime.wake_claimer()
 
-    def _claim_here(self, via: Listener | None) -> bool:
+    def _claim_here(self) -> bool:
         """Run one claim pass on the calling thread if the loop is idle; False when the loop
         must be woken (it is busy, failing, or the pass wants another one at once)."""
         slow = self.claim_seconds is not None and self.claim_seconds > LISTENER_CLAIM_MAX
@@ -206,14 +200,12 @@ class ClaimLoop(Service):
         try:
             if self.stop_event.is_set() or self.runtime.stopping:
                 return True  # stopped: nothing is claimed any more
-            self._via = via
             again = self._iteration()
         except Exception as exc:  # noqa: BLE001 - the loop's own pass retries and reports
             log.warning("claim_pass_failed", worker_id=self.runtime.owner,
                         error_type=type(exc).__name__, error=error_text(exc))
             return False
         finally:
-            self._via = None
             self._turn.release()
         # The loop's own pause covers a later poll (it recomputes when it wakes); only a pass
         # that asks for another right away needs its thread.
@@ -475,10 +467,7 @@ class ClaimLoop(Service):
             defer_start=runtime.defer_start,
         )
         try:
-            via = self._via
-            jobs = None if via is None else via.job_claim(request)
-            if jobs is None:
-                jobs = runtime.store.job_claim(request)
+            jobs = runtime.store.job_claim(request)
         except Exception as exc:  # noqa: BLE001 - any store error backs off, never kills
             self._failed(exc)
             return None

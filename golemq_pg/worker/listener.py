@@ -95,7 +95,7 @@ class ListenerThread(Service):
             errors.recovered("listen")
         for note in notes:
             if note.kind == "jobs":
-                self.dispatcher.hint(note.items, via=listener)
+                self.dispatcher.hint(note.items)
             elif note.kind == "cancel":
                 if note.items:
                     self._abort_ids(note.items, CANCELLED)

@@ -19,7 +19,6 @@ from golemq_pg.store.port import (
     TypeSlots,
 )
 from golemq_pg.store.postgres import PostgresStore
-from golemq_pg.store.postgres._claim import lock_prefixes
 from golemq_pg.store.postgres._listener import PgListener, parse_notification
 from tests.support.waiting import wait_until
 
@@ -100,75 +99,6 @@ def test_listener_reconnects_after_its_backend_is_terminated(
     pg_store.job_enqueue(EnqueueParams(type="after", payload=b"{}"))
     later = _collect(listener, 1)
     assert Notification(kind="jobs", items=("after",)) in later
-
-
-def test_a_workers_listener_claims_on_its_own_connection_and_goes_on_listening(
-    pg_store: PostgresStore, listener: PgListener, pg_dsn: str
-) -> None:
-    conn = listener.connection
-    assert conn is not None
-    first = pg_store.job_enqueue(EnqueueParams(type="a", payload=b"{}")).id
-    assert _collect(listener, 1) == [Notification(kind="jobs", items=("a",))]
-    (job,) = listener.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)])) or []
-    assert job.id == first
-    # the lease was written by the LISTEN connection's own server process
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        pids = admin.execute("SELECT pid FROM pg_stat_activity WHERE backend_xid IS NULL "
-                             "AND query LIKE '%%claim_jobs%%'").fetchall()
-    assert (conn.info.backend_pid,) in pids
-    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    pg_store.job_enqueue(EnqueueParams(type="b", payload=b"{}"))
-    assert _collect(listener, 1) == [Notification(kind="jobs", items=("b",))]
-
-
-def test_a_hint_sent_while_the_listener_claims_is_kept_for_the_next_wait(
-    pg_store: PostgresStore, listener: PgListener, pg_dsn: str
-) -> None:
-    pg_store.job_enqueue(EnqueueParams(type="a", payload=b"{}"))
-    _collect(listener, 1)
-    type_prefix, _pool_prefix = lock_prefixes(pg_store.schema)
-    claimed: list[int] = []
-    with psycopg.connect(pg_dsn) as holder:
-        # the claim takes type a's shared advisory lock: held exclusively here, it waits
-        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                       (type_prefix + "a",))
-        claim = threading.Thread(target=lambda: claimed.append(len(
-            listener.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)])) or [])))
-        claim.start()
-        with psycopg.connect(pg_dsn, autocommit=True) as admin:
-            assert wait_until(lambda: admin.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            ).fetchone() == (1,), timeout=5)
-        pg_store.job_enqueue(EnqueueParams(type="b", payload=b"{}"))  # hinted mid-claim
-        time.sleep(0.2)
-        holder.rollback()
-        claim.join(5)
-    assert claimed == [1]
-    assert Notification(kind="jobs", items=("b",)) in _collect(listener, 1)
-
-
-def test_a_listener_whose_connection_broke_raises_from_its_claim_then_reconnects(
-    pg_store: PostgresStore, listener: PgListener, pg_dsn: str
-) -> None:
-    conn = listener.connection
-    assert conn is not None
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-    with pytest.raises(psycopg.OperationalError):
-        listener.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)]))
-    assert listener.connection is None  # dropped: nothing claims on it any more
-    assert listener.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)])) is None
-    notes = _collect(listener, 2)
-    assert [n.kind for n in notes][:2] == ["lost", "reconnected"]
-    assert listener.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)])) == []
-
-
-def test_a_waiters_listener_leaves_claims_to_the_store(pg_dsn: str) -> None:
-    waiters_only = PgListener(pg_dsn, {"golemq_jobs": "jobs"})
-    try:
-        assert waiters_only.job_claim(ClaimRequest("w", [TypeSlots("a", 10, 30)])) is None
-    finally:
-        waiters_only.close()
 
 
 def test_close_ends_a_blocked_wait_and_closes_the_connection(

@@ -16,14 +16,7 @@ import orjson
 
 from golemq_pg._errortext import bounded_traceback
 from golemq_pg._types import AttemptError, JobStatus, JobSummary, ScheduleSummary, Scope
-from golemq_pg.store.port import (
-    HISTORY_LIMIT,
-    CancelFilter,
-    ClaimedJob,
-    ClaimRequest,
-    FindParams,
-    Notification,
-)
+from golemq_pg.store.port import HISTORY_LIMIT, CancelFilter, FindParams, Notification
 
 Progress = float | dict[str, Any]
 
@@ -208,11 +201,6 @@ class MemoryListener:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
-
-    def job_claim(self, request: ClaimRequest) -> list[ClaimedJob] | None:
-        """None: no connection of its own (no server process to keep awake); the worker
-        claims through the store."""
-        return None
 
     def wait(self, timeout: float) -> list[Notification]:
         """Block up to ``timeout`` seconds for notifications; return (and forget) them."""

@@ -17,18 +17,15 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import orjson
 import psycopg
 import structlog
 
 from golemq_pg._errortext import error_text
-from golemq_pg.store.port import ClaimedJob, ClaimRequest, Notification
+from golemq_pg.store.port import Notification
 from golemq_pg.store.postgres._sql import listen_statement
-
-if TYPE_CHECKING:
-    from golemq_pg.store.postgres._claim import Claimer
 
 log = structlog.get_logger("golemq_pg.store.listener")
 
@@ -66,7 +63,6 @@ class PgListener:
         *,
         connect_kwargs: Mapping[str, Any] | None = None,
         setup: Callable[[psycopg.Connection[Any]], None] | None = None,
-        claimer: Claimer | None = None,
         min_backoff: float = MIN_BACKOFF,
         max_backoff: float = MAX_BACKOFF,
     ) -> None:
@@ -74,8 +70,6 @@ class PgListener:
         self._channels = dict(channels)
         self._kwargs = {k: v for k, v in (connect_kwargs or {}).items() if k != "autocommit"}
         self._setup = setup
-        #: A worker's listener claims on its connection (see job_claim); a waiters' one not.
-        self._claimer = claimer
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._backoff = min_backoff
@@ -218,31 +212,6 @@ class PgListener:
                 if self._closed.is_set():
                     self._drop()
             return self._with_loss(found)
-
-    def job_claim(self, request: ClaimRequest) -> list[ClaimedJob] | None:
-        """Claim ``request`` on the LISTEN connection (see ``port.Listener.job_claim``).
-
-        Its server process was just woken to deliver the hint, and the claim is one
-        autocommit statement (a guarded type's: its own transaction), so the connection is
-        idle and listening again when it returns; notifications that arrive meanwhile wait in
-        psycopg's backlog for the next ``wait``. None while disconnected or closing. A
-        broken connection is dropped here (the next ``wait`` reconnects and says so) and the
-        error raised: the claim loop retries it through the pool.
-        """
-        claimer = self._claimer
-        if claimer is None:
-            return None
-        with self._busy:
-            conn = self._conn
-            if conn is None or self._closed.is_set():
-                return None
-            try:
-                return claimer.run(conn, request, managed=True)
-            except psycopg.Error as exc:
-                if conn.broken or conn.closed:
-                    self._lost(exc)
-                    self._drop()
-                raise
 
     def close(self) -> None:
         """Stop listening and close the connection (idempotent)."""

@@ -467,7 +467,6 @@ class PostgresStore(
             {jobs_channel: "jobs", cancel_channel: "cancel"},
             connect_kwargs=kwargs,
             setup=self._shared.setup,
-            claimer=self._shared.claimer,
         )
 
 
