@@ -22,7 +22,6 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import psycopg
-import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from golemq_pg._types import JobSummary
@@ -45,14 +44,13 @@ from golemq_pg.store.postgres import (
 )
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _workflows as workflows
+from golemq_pg.store.postgres._async_checkout import AsyncCheckout, HeldConnection
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
     Bindable,
-    CheckoutEnd,
     ConnectionOptions,
     ConnectOptions,
     PoolerReport,
-    checkout_end,
     ensure_utc,
     pool_options,
 )
@@ -65,8 +63,6 @@ from golemq_pg.store.postgres._migrations import migrate as _migrate
 from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._run_async import run_plan_async
 from golemq_pg.store.postgres._sql import queries_for
-
-log = structlog.get_logger("golemq_pg.store.postgres")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -81,7 +77,7 @@ async def _keep_reconnecting(pool: AsyncConnectionPool[Any]) -> None:
 class AsyncShared:
     """State shared by an async store and the connection-bound stores derived from it."""
 
-    __slots__ = ("ctx", "dsn", "owns_pool", "pool", "pooler", "schema", "waiters")
+    __slots__ = ("ctx", "dsn", "held", "owns_pool", "pool", "pooler", "schema", "waiters")
 
     def __init__(self, pool: AsyncConnectionPool[Any], schema: str) -> None:
         self.pool = pool
@@ -91,6 +87,8 @@ class AsyncShared:
         self.pooler = PoolerReport(schema)
         self.owns_pool = False
         self.dsn: str | None = None
+        #: The producer's held connection, on a pool the store opened (``_async_checkout``).
+        self.held: HeldConnection | None = None
 
 
 def async_verb(
@@ -154,6 +152,7 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         store = cls(pool, schema=schema)
         store._shared.owns_pool = True
         store._shared.dsn = dsn
+        store._shared.held = HeldConnection(pool, store._shared.pooler)
         return store
 
     def with_connection(self, conn: psycopg.AsyncConnection[Any]) -> AsyncPostgresStore:
@@ -220,6 +219,8 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         progress end (``RuntimeError``) and the waiters' LISTEN connection closes."""
         if self._bound is None:
             await self._shared.waiters.close()
+            if self._shared.held is not None:
+                await self._shared.held.close()
             if self._shared.owns_pool:
                 await self._shared.pool.close()
 
@@ -326,60 +327,11 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         # found read-only is thrown away by the checkout (checkout_end).
         if self._bound is not None:
             return _given(self._bound)
-        return _AsyncCheckout(self._shared)
+        shared = self._shared
+        if shared.held is not None:
+            return shared.held.checkout()
+        return AsyncCheckout(shared.pool, shared.pooler)
 
-
-class _AsyncCheckout:
-    """``async with``: a connection of the pool for one verb, given back at the end.
-
-    The sync store's ``PoolCheckout`` awaited: what ``pool.connection()`` does (commit on
-    success, rollback on error, ``putconn``) without entering the connection's own
-    ``async with`` block, whose exit awaits ``commit()`` (its lock and a wait) even on an
-    idle autocommit connection. What becomes of the connection is ``checkout_end``'s
-    decision, the same as the sync checkout's: a read-only session is thrown away, and a
-    pooler's prepared-statement error becomes :class:`PreparedStatementsUnsupported`. A
-    connection of a pool the store opened gets UTC decoding at each checkout.
-    """
-
-    __slots__ = ("_conn", "_shared")
-
-    def __init__(self, shared: AsyncShared) -> None:
-        self._shared = shared
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-
-    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        conn: psycopg.AsyncConnection[Any] = await self._shared.pool.getconn()
-        if self._shared.owns_pool:
-            # Another client's SET TimeZone on a pooler's shared server session, or one
-            # behind the store's back: timestamps still decode as UTC (one libpq lookup).
-            ensure_utc(conn)
-        self._conn = conn
-        return conn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        conn = self._conn
-        assert conn is not None  # noqa: S101 - __aenter__ ran
-        self._conn = None
-        end = checkout_end(conn, exc)
-        try:
-            if end is CheckoutEnd.COMMIT:
-                await conn.commit()
-            elif end is CheckoutEnd.ROLLBACK:
-                try:
-                    await conn.rollback()
-                except Exception as exc2:  # noqa: BLE001 - the verb's error is the one to see
-                    log.warning("store_rollback_failed", error=type(exc2).__name__)
-            elif end is not CheckoutEnd.KEEP:
-                await conn.close()
-                if end is CheckoutEnd.DISCARD_POOLER and exc is not None:
-                    raise self._shared.pooler.translate(exc) from exc
-        finally:
-            await self._shared.pool.putconn(conn)
 
 
 @asynccontextmanager

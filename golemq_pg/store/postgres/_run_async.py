@@ -29,7 +29,7 @@ async def run_plan_async(
     asks for its first statement); ``owned`` as for ``_run_sync.run_plan``."""
     step = plans.start(plan)
     if type(step) is not plans.Done:
-        async with connection() as conn:  # a pooled one's end: _AsyncCheckout decides
+        async with connection() as conn:  # a pooled one's end: _async_checkout decides
             step = await _drive(conn, plan, step, owned)
     value: R = step.value
     return value
