@@ -95,12 +95,6 @@ def paired_runs(outcome: Outcome, reference: Outcome, key: str | None = None) ->
             if key in run and ref.get(key)]
 
 
-def paired_ratio(outcome: Outcome, reference: Outcome) -> float | None:
-    """The median per-run ratio of ``outcome`` to ``reference`` (:func:`paired_runs`)."""
-    pairs = paired_runs(outcome, reference)
-    return statistics.median(pairs) if pairs else None
-
-
 def same_batch_runs(outcomes: list[Outcome], outcome: Outcome, batch: int) -> list[float]:
     """Run by run, ``outcome`` over the raw ceiling's best thread count at claim batch
     ``batch`` (run i of both measured in the same pass)."""
@@ -114,12 +108,6 @@ def same_batch_runs(outcomes: list[Outcome], outcome: Outcome, batch: int) -> li
         if refs and key in run and max(refs):
             pairs.append(run[key] / max(refs))
     return pairs
-
-
-def same_batch_ratio(outcomes: list[Outcome], outcome: Outcome, batch: int) -> float | None:
-    """The median of :func:`same_batch_runs`."""
-    pairs = same_batch_runs(outcomes, outcome, batch)
-    return statistics.median(pairs) if pairs else None
 
 
 # -- targets -----------------------------------------------------------------------------------
