@@ -204,6 +204,29 @@ quota AS MATERIALIZED (
  OFFSET %(scan_limit)s::int LIMIT 1) beyond
 
 
+-- name: fragment_due_window
+-- The window every guarded claim reads first: the first "scan_limit" due PENDING rows of the
+-- type in claim order (one bounded range of jobs_claim_idx, no sort), as a derived table the
+-- statement names. fragment_due_beyond_scan tells whether the due backlog goes on past it.
+(SELECT d.id, d.type, d.scope_type, d.scope_id, d.priority, d.run_at, d.dedupe_key
+   FROM {schema}.jobs d
+  WHERE d.type = %(type)s::text
+    AND d.status = 'pending'
+    AND d.run_at <= statement_timestamp()
+  ORDER BY d.priority DESC, d.run_at, d.id
+  LIMIT %(scan_limit)s::int)
+
+
+-- name: fragment_key_free
+-- Job j (the alias every use gives it) is not a keyed row whose key a RUNNING job holds: one
+-- descent of jobs_dedupe_running_idx per keyed row (OFFSET 0: see the top of this file).
+(j.dedupe_key IS NULL OR NOT EXISTS (
+     SELECT 1 FROM {schema}.jobs k
+      WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
+        AND k.status = 'running'
+      OFFSET 0))
+
+
 -- name: fragment_live_scopes
 -- The scopes of the claimed type with a live lease (expects the guard parameters), read once
 -- per claim. While the type has at most "scan_limit" such jobs ("live_all"), the window and
@@ -439,19 +462,8 @@ cand AS MATERIALIZED (
     SELECT c.id, c.scope_type, c.scope_id,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
       FROM (SELECT j.id, j.scope_type, j.scope_id, j.priority, j.run_at
-              FROM (SELECT j0.id, j0.type, j0.scope_type, j0.scope_id, j0.priority,
-                           j0.run_at, j0.dedupe_key
-                      FROM {schema}.jobs j0
-                     WHERE j0.type = %(type)s::text
-                       AND j0.status = 'pending'
-                       AND j0.run_at <= statement_timestamp()
-                     ORDER BY j0.priority DESC, j0.run_at, j0.id
-                     LIMIT %(scan_limit)s::int) j
-             WHERE (j.dedupe_key IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM {schema}.jobs k
-                         WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'
-                         OFFSET 0))
+              FROM {fragment_due_window} j
+             WHERE {fragment_key_free}
                AND (NOT %(serialize_by_scope)s::boolean OR j.scope_type IS NULL OR CASE
                     WHEN (SELECT la.ok FROM live_all la)
                     THEN (j.scope_type, j.scope_id) NOT IN (
@@ -520,18 +532,8 @@ WITH {fragment_claim_pools},
 {fragment_claim_gate},
 cand AS MATERIALIZED (
     SELECT j.id
-      FROM (SELECT j0.id, j0.type, j0.priority, j0.run_at, j0.dedupe_key
-              FROM {schema}.jobs j0
-             WHERE j0.type = %(type)s::text
-               AND j0.status = 'pending'
-               AND j0.run_at <= statement_timestamp()
-             ORDER BY j0.priority DESC, j0.run_at, j0.id
-             LIMIT %(scan_limit)s::int) j
-     WHERE j.dedupe_key IS NULL OR NOT EXISTS (
-               SELECT 1 FROM {schema}.jobs k
-                WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                  AND k.status = 'running'
-                OFFSET 0)
+      FROM {fragment_due_window} j
+     WHERE {fragment_key_free}
      ORDER BY j.priority DESC, j.run_at, j.id
      LIMIT (SELECT q.n FROM quota q)
 ),
@@ -572,13 +574,7 @@ cand AS MATERIALIZED (
     SELECT c.scope_type, c.scope_id,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
       FROM (SELECT j0.scope_type, j0.scope_id, j0.priority, j0.run_at, j0.id
-              FROM (SELECT j1.scope_type, j1.scope_id, j1.priority, j1.run_at, j1.id
-                      FROM {schema}.jobs j1
-                     WHERE j1.type = %(type)s::text
-                       AND j1.status = 'pending'
-                       AND j1.run_at <= statement_timestamp()
-                     ORDER BY j1.priority DESC, j1.run_at, j1.id
-                     LIMIT %(scan_limit)s::int) j0
+              FROM {fragment_due_window} j0
              WHERE true
                -- the group has no live lease; two plain equality tests rather than one
                -- OR-ed one, so the scoped test is a hashed lookup, not a nested loop
@@ -660,11 +656,7 @@ member AS (
                AND j.scope_type = gr.scope_type
                AND j.scope_id = gr.scope_id
                AND j.run_at <= statement_timestamp()
-               AND (j.dedupe_key IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM {schema}.jobs k
-                         WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'
-                         OFFSET 0))
+               AND {fragment_key_free}
              ORDER BY j.id
              LIMIT %(max_batch)s::int)
             UNION ALL
@@ -675,11 +667,7 @@ member AS (
                AND j.status = 'pending'
                AND j.scope_type IS NULL
                AND j.run_at <= statement_timestamp()
-               AND (j.dedupe_key IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM {schema}.jobs k
-                         WHERE k.type = j.type AND k.dedupe_key = j.dedupe_key
-                           AND k.status = 'running'
-                         OFFSET 0))
+               AND {fragment_key_free}
              ORDER BY j.id
              LIMIT %(max_batch)s::int)
            ) m
