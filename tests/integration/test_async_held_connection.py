@@ -18,6 +18,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from golemq_pg import AsyncPostgresStore, AsyncQueue, PostgresStore, Queue
+from golemq_pg.store.postgres import _async_checkout
 from golemq_pg.store.postgres._async_checkout import HOLD_IDLE
 from tests.support.async_bridge import LoopThread
 from tests.support.waiting import wait_until
@@ -87,6 +88,24 @@ def test_consecutive_async_adds_share_one_connection_given_back_once_idle(
     assert checkouts == 1  # one pool checkout for fifty adds
     assert after["pool_available"] == after["pool_size"] == 2  # and it is back
     assert sorted(job.id for job in Queue(pg_store).find(types=["t"], limit=100)) == sorted(ids)
+
+
+def test_a_hold_past_its_age_limit_ends_at_its_next_verb(
+    pg_store: PostgresStore, pg_dsn: str, schema: str, loop_thread: LoopThread,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_async_checkout, "HOLD_MAX", 0.0)  # every hold is already too old
+
+    async def scenario(store: AsyncPostgresStore, queue: AsyncQueue) -> tuple[bool, int]:
+        before = store.pool.get_stats().get("requests_num", 0)
+        for n in range(5):
+            await queue.add("t", {"n": n})
+        held = store._shared.held
+        assert held is not None
+        return held.held, store.pool.get_stats().get("requests_num", 0) - before
+
+    held, checkouts = _in_store(loop_thread, pg_dsn, schema, scenario, min_size=1, max_size=2)
+    assert (held, checkouts) == (False, 5)  # each add through the pool's own checkout
 
 
 def test_concurrent_async_adds_never_wait_for_a_held_connection(

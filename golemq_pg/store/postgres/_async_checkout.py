@@ -19,7 +19,10 @@ sync store):
     ends the hold, and the connection goes through the pool's own return path;
   - it is in use: :data:`HOLD_IDLE` seconds after its last verb it goes back to the pool,
     whose upkeep (``max_lifetime``, ``max_idle``, reconnection) then applies again. Code
-    that borrows from ``store.pool`` directly waits at most that long for it.
+    that borrows from ``store.pool`` directly waits at most that long for it;
+  - it is young: a hold ends at the first verb end :data:`HOLD_MAX` seconds after it
+    began, so a steady stream of adds still passes its connection through the pool's
+    lifetime checks now and then.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ AsyncConnection = psycopg.AsyncConnection[Any]
 
 #: Seconds an idle held connection stays out of the pool after its last verb.
 HOLD_IDLE = 0.05
+#: Seconds after which a hold ends at its next verb's end, however busy.
+HOLD_MAX = 30.0
 
 
 async def end_checkout(
@@ -109,8 +114,8 @@ class HeldConnection:
     """The connections of a store that owns its pool: one held across consecutive verbs
     (see the module docstring). :meth:`checkout` gives each verb its ``async with``."""
 
-    __slots__ = ("_busy", "_closed", "_held", "_last_used", "_pool", "_pooler", "_returns",
-                 "_running", "_timer", "_timer_loop")
+    __slots__ = ("_busy", "_closed", "_held", "_held_since", "_last_used", "_pool",
+                 "_pooler", "_returns", "_running", "_timer", "_timer_loop")
 
     def __init__(self, pool: AsyncConnectionPool[Any], pooler: PoolerReport) -> None:
         self._pool = pool
@@ -119,6 +124,7 @@ class HeldConnection:
         self._busy = False  # a verb is running on the held connection
         self._running = 0  # verbs between their checkout and its end
         self._last_used = 0.0
+        self._held_since = 0.0
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_loop: asyncio.AbstractEventLoop | None = None
@@ -137,7 +143,7 @@ class HeldConnection:
         """A connection for a verb, and whether it is the held one."""
         self._running += 1
         held = self._held
-        if held is not None and not self._busy:
+        if held is not None and not self._busy and not held.closed:
             self._busy = True
             # Another client's SET TimeZone on a pooler's shared server session: timestamps
             # still decode as UTC (one libpq lookup), as at each pool checkout.
@@ -149,8 +155,11 @@ class HeldConnection:
             self._running -= 1
             raise
         ensure_utc(conn)
-        if self._held is None and self._running == 1 and not self._closed:
+        if self._running == 1 and not self._closed:
+            if self._held is not None:  # closed under it: the pool throws it away
+                self._release_held()
             self._held = conn
+            self._held_since = asyncio.get_running_loop().time()
             self._busy = True
             return conn, True
         return conn, False
@@ -163,13 +172,15 @@ class HeldConnection:
         keep = False
         try:
             end = await end_checkout(conn, exc, self._pooler)
-            keep = (is_held and exc is None and not self._closed and self._running == 0
-                    and end in (CheckoutEnd.KEEP, CheckoutEnd.COMMIT))
+            if is_held and exc is None and not self._closed and self._running == 0 \
+                    and end in (CheckoutEnd.KEEP, CheckoutEnd.COMMIT):
+                now = asyncio.get_running_loop().time()
+                keep = now - self._held_since < HOLD_MAX
+                self._last_used = now
         finally:
             if is_held:
                 self._busy = False
                 if keep:
-                    self._last_used = asyncio.get_running_loop().time()
                     self._arm()
                 else:
                     self._held = None
@@ -206,8 +217,14 @@ class HeldConnection:
         if self._busy or left > 0:
             self._timer = loop.call_later(max(left, HOLD_IDLE / 10), self._idle_check)
             return
-        self._held = None
-        task = loop.create_task(self._pool.putconn(held))
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Give the (idle) held connection back to the pool, in a task of its own."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._pool.putconn(held))
         self._returns.add(task)
         task.add_done_callback(self._returns.discard)
 
