@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -428,24 +429,39 @@ class FaultEnv:
         assert not over_budget, f"I4: runs past the attempt budget: {over_budget[:5]}"
         return {"runs": int(runs), "extra_runs": int(extra), "double_effects": len(doubles)}
 
-    def check_connections(self, *, idle_for: float = 1.0) -> None:
-        """I5 over every backend of this test (application_name prefix)."""
+    def check_connections(self, *, idle_for: float = 1.0, settle: float = 15.0) -> None:
+        """I5 over every backend of this test (application_name prefix): no transaction
+        *left* idle, and no advisory lock held by an idle connection.
+
+        A transaction seen idle for more than ``idle_for`` seconds fails the check unless it
+        moves on within ``settle`` seconds (the same backend and transaction start, no
+        longer idle): after a healed partition a transaction can wait seconds for TCP's
+        backed-off retransmissions and then commit, which is not one left behind. One that
+        is left idle stays so, until the store's 60 s
+        ``idle_in_transaction_session_timeout``, far past ``settle``.
+        """
         like = self.prefix + "%"
-        idle_tx = self.q(
-            "SELECT pid, application_name, now() - state_change FROM pg_stat_activity "
+        idle_tx = (
+            "SELECT pid, xact_start, application_name, now() - state_change, "
+            "left(query, 80) FROM pg_stat_activity "
             "WHERE application_name LIKE %s AND state LIKE 'idle in transaction%%' "
-            "AND state_change < now() - make_interval(secs => %s)",
-            (like, idle_for),
+            "AND state_change < now() - make_interval(secs => %s)"
         )
-        assert not idle_tx, f"I5: connections idle in transaction: {idle_tx}"
-        locks = self.q(
-            "SELECT a.pid, a.application_name, a.state FROM pg_locks l "
-            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-            "AND a.application_name LIKE %s AND a.state LIKE 'idle%%' "
-            "AND a.state_change < now() - make_interval(secs => %s)",
-            (like, idle_for),
+        locks = (
+            "SELECT DISTINCT a.pid, a.xact_start, a.application_name, a.state "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND a.application_name LIKE %s "
+            "AND a.state LIKE 'idle%%' AND a.state_change < now() - make_interval(secs => %s)"
         )
-        assert not locks, f"I5: advisory locks held by idle connections: {locks}"
+        for query, what in ((idle_tx, "connections idle in transaction"),
+                            (locks, "advisory locks held by idle connections")):
+            seen = self.q(query, (like, idle_for))
+            deadline = time.monotonic() + settle
+            while seen and time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = {(r[0], r[1]) for r in self.q(query, (like, 0.0))}
+                seen = [r for r in seen if (r[0], r[1]) in now]
+            assert not seen, f"I5: {what} for more than {settle} s: {seen}"
 
     def lease_overlaps(self, where: str, *, directed: bool = False) -> int:
         """Pairs of leases (a, b) whose RUNNING intervals overlapped and match ``where``.
