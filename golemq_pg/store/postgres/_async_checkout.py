@@ -1,10 +1,11 @@
 """How an ``AsyncPostgresStore`` verb gets its connection and gives it back.
 
-Two checkouts, one decision about the connection's end (``checkout_end``, shared with the
+One checkout (:class:`AsyncCheckout`, the ``async with`` of a verb) over two sources of
+connections, and one decision about a connection's end (``checkout_end``, shared with the
 sync store):
 
-* :class:`AsyncCheckout`: a pooled connection for one verb (a pool the application passed
-  in: its other code draws from it too).
+* :class:`PooledConnections`: a pooled connection for each verb (a pool the application
+  passed in: its other code draws from it too).
 * :class:`HeldConnection`: for a pool the store opened itself, consecutive verbs share one
   connection instead of a pool checkout and return each. An ``AsyncQueue.add`` is one
   statement; the checkout around it (the pool's lock, its deque, the state checks on
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import structlog
@@ -74,26 +75,57 @@ async def end_checkout(
     return end
 
 
-class AsyncCheckout:
-    """``async with``: a connection of the pool for one verb, given back at the end.
+class ConnectionSource(Protocol):
+    """Where an :class:`AsyncCheckout` takes its connection from and gives it back to."""
 
-    The sync store's ``PoolCheckout`` awaited: what ``pool.connection()`` does (commit on
-    success, rollback on error, ``putconn``) without entering the connection's own
-    ``async with`` block, whose exit awaits ``commit()`` (its lock and a wait) even on an
-    idle autocommit connection.
-    """
+    async def acquire(self) -> tuple[AsyncConnection, bool]:
+        """A connection for one verb, and whether it is a held one (given to :meth:`release`)."""
 
-    __slots__ = ("_conn", "_pool", "_pooler")
+    async def release(self, conn: AsyncConnection, is_held: bool, exc: BaseException | None
+                      ) -> None:
+        """End the verb's use of ``conn``, which ended with ``exc``."""
+
+
+class PooledConnections:
+    """A pool's connection for each verb (a pool the application passed in: its other code
+    draws from it too). What ``pool.connection()`` does (commit on success, rollback on
+    error, ``putconn``) without entering the connection's own ``async with`` block, whose
+    exit awaits ``commit()`` (its lock and a wait) even on an idle autocommit connection:
+    the sync store's ``PoolCheckout``, awaited."""
+
+    __slots__ = ("_pool", "_pooler")
 
     def __init__(self, pool: AsyncConnectionPool[Any], pooler: PoolerReport) -> None:
         self._pool = pool
         self._pooler = pooler
+
+    async def acquire(self) -> tuple[AsyncConnection, bool]:
+        """A connection of the pool (never a held one)."""
+        conn: AsyncConnection = await self._pool.getconn()
+        return conn, False
+
+    async def release(self, conn: AsyncConnection, is_held: bool, exc: BaseException | None
+                      ) -> None:
+        """Commit, roll back or close ``conn`` as ``checkout_end`` decides; give it back."""
+        try:
+            await end_checkout(conn, exc, self._pooler)
+        finally:
+            await self._pool.putconn(conn)
+
+
+class AsyncCheckout:
+    """``async with``: a connection of ``source`` for one verb, given back at the end."""
+
+    __slots__ = ("_conn", "_is_held", "_source")
+
+    def __init__(self, source: ConnectionSource) -> None:
+        self._source = source
         self._conn: AsyncConnection | None = None
+        self._is_held = False
 
     async def __aenter__(self) -> AsyncConnection:
-        conn: AsyncConnection = await self._pool.getconn()
-        self._conn = conn
-        return conn
+        self._conn, self._is_held = await self._source.acquire()
+        return self._conn
 
     async def __aexit__(
         self,
@@ -104,15 +136,12 @@ class AsyncCheckout:
         conn = self._conn
         assert conn is not None  # noqa: S101 - __aenter__ ran
         self._conn = None
-        try:
-            await end_checkout(conn, exc, self._pooler)
-        finally:
-            await self._pool.putconn(conn)
+        await self._source.release(conn, self._is_held, exc)
 
 
 class HeldConnection:
     """The connections of a store that owns its pool: one held across consecutive verbs
-    (see the module docstring). :meth:`checkout` gives each verb its ``async with``."""
+    (see the module docstring); a :class:`ConnectionSource` of :class:`AsyncCheckout`."""
 
     __slots__ = ("_busy", "_closed", "_held", "_held_since", "_last_used", "_pool",
                  "_pooler", "_returns", "_running", "_timer", "_timer_loop")
@@ -134,10 +163,6 @@ class HeldConnection:
     def held(self) -> bool:
         """Whether a connection is held now (for tests and diagnostics)."""
         return self._held is not None
-
-    def checkout(self) -> _HeldCheckout:
-        """The ``async with`` of one verb."""
-        return _HeldCheckout(self)
 
     async def acquire(self) -> tuple[AsyncConnection, bool]:
         """A connection for a verb, and whether it is the held one."""
@@ -227,29 +252,3 @@ class HeldConnection:
         task = asyncio.get_running_loop().create_task(self._pool.putconn(held))
         self._returns.add(task)
         task.add_done_callback(self._returns.discard)
-
-
-class _HeldCheckout:
-    """``async with`` of one verb on a :class:`HeldConnection`."""
-
-    __slots__ = ("_conn", "_connections", "_is_held")
-
-    def __init__(self, connections: HeldConnection) -> None:
-        self._connections = connections
-        self._conn: AsyncConnection | None = None
-        self._is_held = False
-
-    async def __aenter__(self) -> AsyncConnection:
-        self._conn, self._is_held = await self._connections.acquire()
-        return self._conn
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        conn = self._conn
-        assert conn is not None  # noqa: S101 - __aenter__ ran
-        self._conn = None
-        await self._connections.release(conn, self._is_held, exc)

@@ -44,7 +44,11 @@ from golemq_pg.store.postgres import (
 )
 from golemq_pg.store.postgres import _producer as producer
 from golemq_pg.store.postgres import _workflows as workflows
-from golemq_pg.store.postgres._async_checkout import AsyncCheckout, HeldConnection
+from golemq_pg.store.postgres._async_checkout import (
+    AsyncCheckout,
+    HeldConnection,
+    PooledConnections,
+)
 from golemq_pg.store.postgres._async_waiters import AsyncJobWaiters
 from golemq_pg.store.postgres._connections import (
     Bindable,
@@ -77,7 +81,8 @@ async def _keep_reconnecting(pool: AsyncConnectionPool[Any]) -> None:
 class AsyncShared:
     """State shared by an async store and the connection-bound stores derived from it."""
 
-    __slots__ = ("ctx", "dsn", "held", "owns_pool", "pool", "pooler", "schema", "waiters")
+    __slots__ = ("ctx", "dsn", "held", "owns_pool", "pool", "pooled", "pooler", "schema",
+                 "waiters")
 
     def __init__(self, pool: AsyncConnectionPool[Any], schema: str) -> None:
         self.pool = pool
@@ -85,6 +90,7 @@ class AsyncShared:
         self.ctx = PlanContext(queries_for(schema), schema, queue_identity(pool.conninfo, schema))
         self.waiters = AsyncJobWaiters(pool, self.ctx)
         self.pooler = PoolerReport(schema)
+        self.pooled = PooledConnections(pool, self.pooler)
         self.owns_pool = False
         self.dsn: str | None = None
         #: The producer's held connection, on a pool the store opened (``_async_checkout``).
@@ -328,9 +334,7 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         if self._bound is not None:
             return _given(self._bound)
         shared = self._shared
-        if shared.held is not None:
-            return shared.held.checkout()
-        return AsyncCheckout(shared.pool, shared.pooler)
+        return AsyncCheckout(shared.held if shared.held is not None else shared.pooled)
 
 
 
