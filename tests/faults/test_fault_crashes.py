@@ -49,6 +49,14 @@ def _recover(env: FaultEnv, victim_id: str, killed_at: float, count: int) -> flo
     return time.monotonic() - killed_at
 
 
+def _wait_leased(env: FaultEnv, count: int) -> None:
+    """Wait until ``count`` jobs, and only they, are leased. With a fixed ``batch_size`` the
+    buffered jobs come from the claim after the first, which can commit after the first
+    batch's handlers have written their effects."""
+    wait_until(lambda: env.status_counts() == {"running": count}, timeout=10,
+               what=lambda: f"{count} jobs leased (now {env.status_counts()})")
+
+
 def test_s02_sigkill_a_worker_holding_a_claimed_batch(fault_env: FaultEnv) -> None:
     env = fault_env
     # The rescuer is up (and stopped) before the victim claims, so recovery is measured from
@@ -63,7 +71,7 @@ def test_s02_sigkill_a_worker_holding_a_claimed_batch(fault_env: FaultEnv) -> No
     victim = env.spawn("victim", [type_spec("slow", concurrency=4)],
                        worker={"poll_interval": POLL, "lease_grace": LEASE, "batch_size": 4})
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 4, timeout=20)
-    assert env.status_counts() == {"running": 8}
+    _wait_leased(env, 8)
     victim.signal(signal.SIGKILL)
     victim.wait(10)
     killed_at = time.monotonic()
@@ -125,7 +133,7 @@ def test_s14_sigterm_with_jobs_in_flight_within_and_past_the_grace(fault_env: Fa
                      worker={"shutdown_grace": grace, "abandon_grace": abandon,
                              "batch_size": 4})
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 4, timeout=20)
-    assert env.status_counts() == {"running": 8}  # 4 running, 4 in the local buffer
+    _wait_leased(env, 8)  # 4 running, 4 in the local buffer
     signalled = time.monotonic()
     assert proc.terminate(timeout=30) == 0
     exit_seconds = time.monotonic() - signalled
