@@ -8,6 +8,8 @@ pytest_plugins = [
     "tests.plugins.database",
     "tests.plugins.faults",
     "tests.plugins.ledgers",
+    # pytest-django's settings declared when the examples extra is not installed.
+    "tests.plugins.optional_extras",
     # pytester: the tests of golemq_pg.pytest_plugin run a user's test file.
     "pytester",
     "tests.plugins.pgbouncer",

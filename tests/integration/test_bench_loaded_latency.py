@@ -12,8 +12,8 @@ import dataclasses
 import pytest
 
 from benchmarks.scenarios import LOAD_FRACTION, QUICK, scenario_named
-from benchmarks.systems import UnavailableError, system_named
 from benchmarks.systems.base import LoadPlan
+from tests.support.bench_peers import installed_system
 
 SIZES = dataclasses.replace(QUICK, loaded_drain=500, steady_seconds=0.5)
 
@@ -22,11 +22,7 @@ SIZES = dataclasses.replace(QUICK, loaded_drain=500, steady_seconds=0.5)
 def test_loaded_scenario_reports_pickup_latency_of_every_job_at_half_the_drain_rate(
     pg_dsn: str, system_name: str,
 ) -> None:
-    system = system_named(system_name)
-    try:
-        system.check_available()
-    except UnavailableError as exc:
-        pytest.skip(str(exc))
+    system = installed_system(system_name)
     scenario = scenario_named("loaded")
     (variant,) = system.variants("loaded", quick=True)
     figures = scenario.run(system, variant, pg_dsn, SIZES)

@@ -22,6 +22,7 @@ from benchmarks.systems.workflow import (
     WorkflowProbe,
     step_type,
 )
+from tests.support.bench_peers import installed_system
 
 SIZES = dataclasses.replace(QUICK, workflows=4, drain=300, latency_count=10, bulk=500,
                             single=50)
@@ -72,7 +73,7 @@ def test_golemq_workflow_variants_run_every_job(pg_dsn: str, key: str) -> None:
 
 
 def test_chancy_workflows_run_every_step_after_its_parents(pg_dsn: str) -> None:
-    system = system_named("chancy")
+    system = installed_system("chancy")
     (variant,) = [v for v in system.variants("workflow", quick=True) if not v.full_only]
 
     figures = scenario_named("workflow").run(system, variant, pg_dsn, SIZES)
@@ -87,7 +88,7 @@ def test_chancy_workflows_run_every_step_after_its_parents(pg_dsn: str) -> None:
                                                   ("bulk", "jobs_per_s"),
                                                   ("single", "adds_per_s")])
 def test_chancy_peer_reports_its_figures(pg_dsn: str, scenario: str, figure: str) -> None:
-    system = system_named("chancy")
+    system = installed_system("chancy")
     (variant,) = system.variants(scenario, quick=True)
 
     figures = scenario_named(scenario).run(system, variant, pg_dsn, SIZES)

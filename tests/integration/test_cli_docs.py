@@ -1,6 +1,6 @@
 """The documentation stays true: its commands and SQL work, its examples do what they say
 (every python block also runs in test_docs_examples.py), ARCHITECTURE's state table is the
-code's, and CI runs the test command the README gives."""
+code's, and CI runs the README's quick-start lines as they are written."""
 
 from __future__ import annotations
 
@@ -44,16 +44,47 @@ def _env(dsn: str) -> dict[str, str]:
     return env
 
 
-def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one() -> None:
+def _readme_commands(path: Path, section: str, count: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "readme_commands.py"), str(path), section,
+         str(count)],
+        capture_output=True, text=True, check=False,
+    )
+
+
+def test_quick_start_has_exactly_two_commands_and_ci_runs_them_as_written() -> None:
     (block,) = _blocks(_section(README, "Quick start"), "sh")
     lines = [line for line in block.splitlines() if line.strip()]
     assert len(lines) == 2
     assert "golemq-pg demo" in lines[0]
+    assert lines[1] == "pip install -e '.[dev]' && python -m pytest -q"
+    # CI reads the lines from the README (never a copy of them) and runs each of them.
+    read = _readme_commands(ROOT / "README.md", "Quick start", 2)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.splitlines() == lines
     ci = (ROOT / ".ci" / "run").read_text()
-    match = re.search(r"^TEST_COMMAND='([^']+)'$", ci, flags=re.MULTILINE)
-    assert match is not None
-    assert lines[1].endswith("&& " + match.group(1))
+    assert 'readme_commands.py README.md "Quick start" 2' in ci
+    assert 'run_in_fresh_venv "$ROOT/.ci-venv-demo" "${QUICK_START[0]}"' in ci
+    assert 'run_in_fresh_venv "$ROOT/.ci-venv-readme" "${QUICK_START[1]}"' in ci
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
+
+
+def test_ci_runs_the_examples_install_line_as_written() -> None:
+    read = _readme_commands(ROOT / "examples" / "README.md", "Install", 1)
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.splitlines() == ["pip install -e '.[dev,examples]'"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "readme_commands.py examples/README.md Install 1" in ci
+    assert 'run_in_fresh_venv "$VENV" "${EXAMPLES_INSTALL[0]}"' in ci
+
+
+def test_ci_refuses_a_quick_start_of_another_size(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Quick start\n\n```sh\none\ntwo\nthree\n```\n\n## Next\n")
+    read = _readme_commands(readme, "Quick start", 2)
+    assert read.returncode == 1
+    assert "has 3 commands, not 2" in read.stderr
+    assert _readme_commands(readme, "Missing", 2).returncode == 1
 
 
 def test_architecture_state_table_is_the_transition_table() -> None:

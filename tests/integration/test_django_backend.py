@@ -14,7 +14,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+
+# Django, its Tasks API and pytest-django come with the examples extra
+# (pip install -e '.[dev,examples]'); `.[dev]` alone skips this module.
+pytest.importorskip("django", reason="Django is not installed: pip install -e '.[dev,examples]'")
+pytest.importorskip(
+    "pytest_django", reason="pytest-django is not installed: pip install -e '.[dev,examples]'"
+)
+
+from asgiref.sync import sync_to_async  # noqa: E402 - after the skips above
 from django.db import connections, transaction
 from django.utils import timezone
 
