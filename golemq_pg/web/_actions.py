@@ -14,12 +14,14 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from golemq_pg._validation import check_job_id, check_name
+from golemq_pg._validation import MAX_NAME_LENGTH, MAX_PAUSE_REASON, check_job_id, check_name
 from golemq_pg.queue import AsyncQueue
 from golemq_pg.store import calls
 from golemq_pg.store.dashboard import BULK_CAP
+from golemq_pg.web._forms import form_text, form_texts
 from golemq_pg.web._pages import (
     FILTER_FIELDS,
+    MAX_SEARCH,
     bad_request,
     job_query,
     notice_of,
@@ -92,7 +94,11 @@ async def cancel(request: Request) -> Response:
     if job_id is None:
         return bad_request(request, "not a job id")
     form = await request.form()
-    if form.get("confirm") not in CONFIRMED:
+    try:
+        confirm = form_text(form, "confirm")
+    except ValueError as exc:
+        return bad_request(request, str(exc))
+    if confirm not in CONFIRMED:
         return page(request, "confirm.html", {
             "question": f"Cancel job {job_id}?",
             "lead": "This cancels job",
@@ -115,25 +121,17 @@ async def cancel(request: Request) -> Response:
         notice_params(f"Job {job_id} cancelled.")), status_code=303)
 
 
-def _error_field(form: FormData) -> str | None:
-    value = form.get("error")
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > MAX_ERROR_FIELD:
-        raise ValueError(f"error must be text of at most {MAX_ERROR_FIELD} characters")
-    return value
-
-
 async def retry_matching(request: Request) -> Response:
     """Every dead letter of one (type, error) group back to PENDING; without
     ``confirm=yes``, the confirmation page (how many, which group) and nothing changed."""
     form = await request.form()
     try:
-        job_type = check_name(form.get("type"), "type")
-        error = _error_field(form)
+        job_type = check_name(form_text(form, "type", limit=MAX_NAME_LENGTH), "type")
+        error = form_text(form, "error", limit=MAX_ERROR_FIELD)
+        confirm = form_text(form, "confirm")
     except ValueError as exc:
         return bad_request(request, str(exc))
-    if form.get("confirm") not in CONFIRMED:
+    if confirm not in CONFIRMED:
         letters = await read(request, calls.dashboard_dead_letters())
         count = sum(g.count for g in letters.groups if g.type == job_type and g.error == error)
         fields = [("type", job_type), *([("error", error)] if error is not None else []),
@@ -161,9 +159,9 @@ async def retry_matching(request: Request) -> Response:
 async def pause(request: Request) -> Response:
     """Pause a type in every worker (field ``reason``, optional)."""
     form = await request.form()
-    reason = form.get("reason")
     try:
-        text = reason.strip() if isinstance(reason, str) and reason.strip() else None
+        reason = form_text(form, "reason", limit=MAX_PAUSE_REASON)
+        text = reason.strip() if reason is not None and reason.strip() else None
         job_type = check_name(request.path_params["job_type"], "type")
         await _queue(request).pause(job_type, text)
     except ValueError as exc:
@@ -197,25 +195,28 @@ MAX_BULK_IDS = 500
 BULK_SCAN_WINDOW = 200_000
 
 
+#: The longest value of a filter field (the search box's own bound for ``q``).
+FILTER_LIMITS = {name: MAX_SEARCH if name == "q" else 255 for name in FILTER_FIELDS}
+
+
 def _filter_fields(form: FormData) -> list[tuple[str, str]]:
-    """The jobs page's filter fields a bulk form carried, to post again and to go back to
-    (a value that is not short text is dropped: it never filtered anything)."""
+    """The jobs page's filter fields a bulk form carried (blank ones mean "any"), to post
+    again and to go back to. A value that cannot filter (a NUL, a lone surrogate, over its
+    bound) is a ValueError naming the field, never dropped: dropping it would widen an
+    action on "every job matching the filter" to more jobs than the operator chose."""
     out = []
     for name in FILTER_FIELDS:
-        value = form.get(name)
-        if isinstance(value, str) and value.strip() and len(value) <= 255 and "\x00" not in value:
+        value = form_text(form, name, limit=FILTER_LIMITS[name])
+        if value is not None and value.strip():
             out.append((name, value))
     return out
 
 
 def _ids(form: FormData) -> list[str]:
-    raw = form.getlist("ids")
-    if len(raw) > MAX_BULK_IDS:
+    if len(form.getlist("ids")) > MAX_BULK_IDS:
         raise ValueError(f"at most {MAX_BULK_IDS} ids a post (or all=1 with a filter)")
     ids: list[str] = []
-    for value in raw:
-        if not isinstance(value, str):
-            raise ValueError("ids must be job ids")
+    for value in form_texts(form, "ids", limit=40):
         try:
             job_id = check_job_id(value.strip())
         except ValueError:
@@ -248,11 +249,15 @@ async def bulk(request: Request) -> Response:
     ``all=1`` first answer a confirmation page that posts the same fields with
     ``confirm=1``. Then 303 to the jobs list with a notice saying how many changed."""
     form = await request.form()
-    action = form.get("action")
-    if not isinstance(action, str) or action not in BULK_ACTIONS:
+    try:
+        action = form_text(form, "action")
+        every = form_text(form, "all") == "1"
+        confirmed = form_text(form, "confirm") in CONFIRMED
+        fields = _filter_fields(form)
+    except ValueError as exc:
+        return bad_request(request, str(exc))
+    if action is None or action not in BULK_ACTIONS:
         return bad_request(request, "action must be one of retry, run-now, cancel, delete")
-    every = form.get("all") == "1"
-    fields = _filter_fields(form)
     try:
         ids = [] if every else _ids(form)
         query = job_query(dict(fields), window=BULK_SCAN_WINDOW) if every else None
@@ -265,7 +270,6 @@ async def bulk(request: Request) -> Response:
     if every and query is not None:
         query = replace(query, after=None, before=None, job_id=None, window=BULK_SCAN_WINDOW)
         ids = await read(request, calls.dashboard_job_ids(query, BULK_CAP))
-    confirmed = form.get("confirm") in CONFIRMED
     if (destructive or every) and not confirmed:
         return _confirm_bulk(request, action, every, ids, fields)
     changed = 0

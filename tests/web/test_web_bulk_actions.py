@@ -126,6 +126,31 @@ def test_bulk_refuses_bad_fields_and_changes_nothing(
     assert _status(pg_store, failed) is JobStatus.FAILED
 
 
+def test_bulk_on_a_filter_that_cannot_be_applied_is_refused_never_widened(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    (chosen,) = _dead_letters(pg_store, "chosen", 1)
+    others = _dead_letters(pg_store, "other", 3)
+    # Each filter value the jobs page cannot use: the action is refused (400, the field
+    # named), never run on every job as if the field had not been posted.
+    unusable = {"type": "chosen\x00", "tag": "x" * 256, "q": "y" * 201, "scope_id": "1\x00",
+                "status": "failed\x00"}
+    for field, value in unusable.items():
+        for confirm in ({}, {"confirm": "1"}):
+            form = {"action": "retry", "all": "1", "type": "chosen", field: value, **confirm}
+            answer = dashboard.post("/jobs/bulk", form)
+            assert answer.status_code == 400, field
+            assert f"{field} must" in answer.text, field
+            assert "filter: none" not in answer.text
+    assert all(_status(pg_store, i) is JobStatus.FAILED for i in [chosen, *others])
+    # The same filter, usable, acts on the chosen type's dead letter alone.
+    done = dashboard.post("/jobs/bulk", {"action": "retry", "all": "1", "type": "chosen",
+                                         "status": "failed", "confirm": "1"})
+    assert done.status_code == 303
+    assert _status(pg_store, chosen) is JobStatus.PENDING
+    assert all(_status(pg_store, i) is JobStatus.FAILED for i in others)
+
+
 def test_jobs_page_has_row_checkboxes_select_all_and_bulk_buttons(
     make_dashboard: Callable[..., Dashboard], web_queue: Queue
 ) -> None:

@@ -332,6 +332,35 @@ def test_retry_all_matching_asks_for_confirmation_first(
     assert dashboard.post("/failed/retry", {"error": "x"}).status_code == 400
 
 
+def test_every_posted_field_that_cannot_be_stored_is_refused_naming_it(
+    dashboard: Dashboard, pg_store: PostgresStore
+) -> None:
+    group = [_dead_letter(pg_store, "a", "Boom: one") for _ in range(2)]
+    refusals = [
+        ("/failed/retry", {"type": "a", "error": "Boom:\x00one", "confirm": "yes"}, "error"),
+        ("/failed/retry", {"type": "a", "error": "x" * 10_001, "confirm": "yes"}, "error"),
+        ("/failed/retry", {"type": "a\x00", "error": "Boom: one", "confirm": "yes"}, "type"),
+        ("/failed/retry", {"type": "a", "error": "Boom: one", "confirm": "yes\x00"}, "confirm"),
+        ("/types/a/pause", {"reason": "incident\x00 42"}, "reason"),
+        (f"/jobs/{group[0]}/cancel", {"confirm": "1\x00"}, "confirm"),
+    ]
+    for path, form, field in refusals:
+        body = "&".join(f"{k}={quote(v, safe='')}"
+                        for k, v in form.items())
+        answer = dashboard.request("POST", path, content=body.encode(), headers={
+            "origin": ORIGIN, "content-type": "application/x-www-form-urlencoded"})
+        assert answer.status_code == 400, (path, field)
+        assert f"{field} must" in answer.text, (path, field)
+    # A field posted twice is refused too (which of the two would the action mean?).
+    twice = dashboard.request("POST", "/failed/retry", content=b"type=a&type=b&confirm=yes",
+                              headers={"origin": ORIGIN,
+                                       "content-type": "application/x-www-form-urlencoded"})
+    assert twice.status_code == 400
+    assert "type must be posted once" in twice.text
+    assert all(_status(pg_store, i) is JobStatus.FAILED for i in group)
+    assert pg_store.type_paused() == {}
+
+
 def test_posts_from_another_origin_or_without_one_are_refused(
     dashboard: Dashboard, pg_store: PostgresStore
 ) -> None:
