@@ -39,7 +39,7 @@ from golemq_pg._validation import check_job_type, to_seconds
 from golemq_pg.errors import QueueConfigError, SchemaNotMigrated
 from golemq_pg.store.port import JobStore, Listener
 from golemq_pg.worker.blocked import BlockedReporter
-from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
+from golemq_pg.worker.completer import Completer
 from golemq_pg.worker.config import DeleteOn, WorkerConfig, WorkerOptions, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
 from golemq_pg.worker.eventloop import EventLoop
@@ -60,7 +60,7 @@ from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.poolclaim import CompletionClaims, claim_targets
 from golemq_pg.worker.progress import ProgressReporter
-from golemq_pg.worker.runtime import Runtime
+from golemq_pg.worker.runtime import Runtime, delete_types, unblocked_by
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.shutdown import shut_down
 from golemq_pg.worker.starts import StartMarker
@@ -447,7 +447,9 @@ class Worker:
         claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
                                writes_backlogged=completer.backlogged,
                                blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
-        renewer = LeaseRenewer(runtime, abort=supervisor.abort)
+        renewer = LeaseRenewer(runtime, abort=supervisor.abort, unwritten=completer.unwritten)
+        # Writes failing for longer than a renewal interval hold the claims back.
+        completer.stall.after = renewer.interval
         maintenance = Maintenance(runtime, abort=supervisor.abort)
         services: list[Service] = [renewer, maintenance]
         parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop, services,
