@@ -305,7 +305,8 @@ class PostgresStore(
         """
         if not items:
             return set()
-        return self._write_id_text(*_completion(owner, items, delete_types, started))
+        with data_refusals():  # the results' text is built here, before the write
+            return self._write_id_text(*_completion(owner, items, delete_types, started))
 
     def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
         """``job_complete_many`` and then the claim of ``params.claim`` in one transaction:
