@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from golemq_pg._errortext import error_text
+from golemq_pg.store.port import LeaseRef
+from golemq_pg.worker.batches import SplitWrite, unwritable_fail
 from golemq_pg.worker.events import LEASE_LOST
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import BUFFERED, RUNNING, Unit
@@ -116,7 +118,7 @@ class LeaseRenewer(Service):
             refs = [ref for unit in units for ref in unit.refs]
             started = time.monotonic()
             try:
-                renewed = runtime.store.lease_renew(runtime.owner, refs, seconds)
+                renewed = self._renew(refs, seconds)
             except Exception as exc:  # noqa: BLE001 - retried next tick; expiry aborts
                 self._failures += 1
                 runtime.hub.errors.failed("renew", exc)
@@ -143,6 +145,24 @@ class LeaseRenewer(Service):
             if lost:
                 self._abort(lost, LEASE_LOST)
 
+    def _renew(self, refs: list[LeaseRef], seconds: float) -> set[str]:
+        """``lease_renew`` of ``refs``, split if the store refuses it for its data
+        (``WriteRefused``): each refused lease is dead-lettered alone (``OutcomeUnwritable``)
+        and, not renewed, its unit aborted as lost; the others are renewed."""
+        runtime = self.runtime
+        split = SplitWrite(len(refs))
+        split.run(lambda lo, hi: runtime.store.lease_renew(runtime.owner, refs[lo:hi], seconds))
+        if split.refused:
+            fails = [unwritable_fail(refs[index], refusal) for index, refusal in split.refused]
+            log.warning("lease_unrenewable", worker_id=runtime.owner,
+                        job_ids=[fail.id for fail in fails], error=fails[0].error)
+            try:
+                runtime.store.job_fail_many(runtime.owner, fails)
+            except Exception as exc:  # noqa: BLE001 - its lease expires; the reaper has it
+                log.warning("lease_unrenewable_fail_failed", worker_id=runtime.owner,
+                            error_type=type(exc).__name__, error=error_text(exc))
+        return split.written
+
     def _renew_finished(self) -> None:
         """Renew the leases of finished units whose outcomes wait to be written."""
         runtime = self.runtime
@@ -150,7 +170,7 @@ class LeaseRenewer(Service):
             refs = [ref for unit in units for ref in unit.refs]
             started = time.monotonic()
             try:
-                renewed = runtime.store.lease_renew(runtime.owner, refs, seconds)
+                renewed = self._renew(refs, seconds)
             except Exception as exc:  # noqa: BLE001 - retried next tick
                 log.warning("unwritten_lease_renew_failed", worker_id=runtime.owner,
                             jobs=len(refs), error_type=type(exc).__name__,

@@ -1,4 +1,5 @@
-"""Scenario 23 of docs/RELIABILITY.md: poison jobs among good ones on real worker processes.
+"""Scenario 25 of docs/RELIABILITY.md (the brief's 23; S23 and S24 were taken): poison jobs
+among good ones on real worker processes.
 
 A job's outcome is written or dead-lettered on its own; another job's data cannot block it.
 Nine poison jobs (an exception text holding a NUL, one holding a lone surrogate, an exception
@@ -38,7 +39,7 @@ POISONS = {
 }
 
 
-def test_s23_poison_jobs_among_1000_good_ones_on_3_processes(fault_env: FaultEnv) -> None:
+def test_s25_poison_jobs_among_1000_good_ones_on_3_processes(fault_env: FaultEnv) -> None:
     env = fault_env
     types = list(KINDS)
     started = time.monotonic()
@@ -119,7 +120,7 @@ def test_s23_poison_jobs_among_1000_good_ones_on_3_processes(fault_env: FaultEnv
     counts = env.check_invariants(expected=total + len(late), ledger=False)
     for proc in procs:
         assert proc.terminate() == 0
-    report("23 9 poison jobs (NUL, lone surrogate, unprintable; sync, async, transactional) "
+    report("25 9 poison jobs (NUL, lone surrogate, unprintable; sync, async, transactional) "
            "among 1,000 good ones, 3 processes", seconds=round(seconds, 2),
            drain_seconds=round(drained, 2), good_failed=0, good_run_twice=0,
            poison_dead_lettered=len(poison_ids), poison_attempts=ATTEMPTS,
