@@ -41,6 +41,14 @@ class StrNotAStringError(Exception):
         return 42  # noqa: PLE0307 - the point: str() of it raises TypeError
 
 
+class OddlyNamedError(Exception):
+    """Its qualified name (what a traceback prints) holds a NUL and a lone surrogate: a
+    class's ``__name__`` may hold neither, its ``__qualname__`` both."""
+
+
+OddlyNamedError.__qualname__ = "Oddly\x00Named\udcffError"
+
+
 class _ReprRaises:
     def __repr__(self) -> str:
         raise RuntimeError("__repr__ is broken")
@@ -69,7 +77,8 @@ MESSAGES = st.text(
     max_size=40,
 )
 #: How an exception is made: from a message, or broken whatever the message.
-SHAPES = st.sampled_from(["message", "str-raises", "str-not-a-string", "repr-raises"])
+SHAPES = st.sampled_from(
+    ["message", "str-raises", "str-not-a-string", "repr-raises", "odd-qualname"])
 
 
 def _exception(shape: str, message: str) -> BaseException:
@@ -79,6 +88,8 @@ def _exception(shape: str, message: str) -> BaseException:
         return StrNotAStringError(message)
     if shape == "repr-raises":
         return _key_error_of_a_broken_repr()
+    if shape == "odd-qualname":
+        return OddlyNamedError(message)
     return ValueError(message)
 
 
@@ -142,11 +153,16 @@ def test_any_exception_text_is_stored_readably_by_every_handler_kind(
         assert text is not None
         assert text == describe_error(_exception(shape, message)), (kind, text)
         assert not _unstorable(text)
-        if shape == "message":
-            assert text.startswith("ValueError")
+        trace = failed.errors[-1].traceback
+        assert trace is not None
+        assert not _unstorable(trace)
+        if shape in ("message", "odd-qualname"):
+            assert text.startswith("ValueError" if shape == "message" else "OddlyNamedError")
             first = message.strip().splitlines()[0] if message.strip() else ""
             if "\x00" in first:
                 assert "\\x00" in text  # escaped visibly, not dropped
+            if shape == "odd-qualname":
+                assert "Oddly\\x00Named\\udcffError" in trace
         else:
             assert text.endswith("<unprintable error>"), text
         assert queue.wait(good_id, timeout=20).status is JobStatus.SUCCEEDED
