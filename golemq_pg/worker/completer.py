@@ -378,9 +378,9 @@ class Completer(Service):
                 log.warning("outcome_unwritable", worker_id=self.owner, outcome=_NAMES[kind],
                             job_id=job.id, type=job.type, attempt=job.attempt,
                             error=fail.error)
-                if hub:
-                    hub.emit_transition(job.id, job.type, job.scope, "failed-terminal",
-                                        job.attempt, error=fail.error)
+                if hub:  # counters too: emit, not emit_transition
+                    hub.emit(job.id, job.type, job.scope, "failed-terminal", job.attempt,
+                             error=fail.error)
         if dropped:  # even the minimal write was refused: the lease will expire
             log.error("outcome_unwritable_dropped", worker_id=self.owner,
                       job_ids=[item.id for item, _ in dropped[:LOG_IDS]])
