@@ -13,7 +13,7 @@ failing, the unwritten outcomes' leases are renewed (:meth:`Completer.unwritten`
 renewer) and, past a bound, the claim loop holds off (:meth:`Completer.backlogged`; kind
 ``"claim"`` to ``on_error``). A write the store refuses for its data (``WriteRefused``) is
 split until the refused item stands alone; that item is dead-lettered with a minimal write
-(``OutcomeUnwritable``) and every other item is written (:mod:`~golemq_pg.worker.unwritable`).
+(``OutcomeUnwritable``) and every other item is written (:mod:`~golemq_pg.worker.batches`).
 
 An outcome whose commit may let a guarded claim proceed (a job of a resource pool with a
 concurrency cap, of a serialize_by_scope or grouped type, or of a type another handler must
