@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from golemq_pg.store.port import LeaseRef, WriteRefused
 from golemq_pg.worker.backoff import describe_error
 from golemq_pg.worker.completer import Completer
 from golemq_pg.worker.observers import ObserverHub
@@ -317,3 +318,31 @@ def test_unwritten_outcomes_keep_their_leases_and_hold_the_claims(
         finally:
             worker.stop(timeout=10)
     assert runs == {first: 1, later: 1}
+
+
+def test_the_store_refuses_a_batch_for_one_items_data_and_writes_none_of_it(
+    pg_store: PostgresStore,
+) -> None:
+    # A fencing token past bigint is refused by the server (22003, a DataError) whatever
+    # the verb: the store says so with WriteRefused, naming the class and first line only,
+    # and the statement wrote nothing (the worker then splits the batch).
+    queue = Queue(pg_store)
+    for n in range(3):
+        add_job(queue, "renewed", {"n": n})
+    jobs = claim(pg_store, slots("renewed", limit=3))
+    refs = [LeaseRef(job.id, job.lease_token) for job in jobs]
+    refs[1] = LeaseRef(jobs[1].id, 2**64)
+    with pytest.raises(WriteRefused) as refused:
+        pg_store.lease_renew("w1", refs, 60)
+    assert str(refused.value) == (
+        'NumericValueOutOfRange: value "18446744073709551616" is out of range for type bigint')
+    assert isinstance(refused.value.__cause__, psycopg.DataError)
+    with pytest.raises(WriteRefused):
+        pg_store.job_release_many("w1", refs)
+    statuses = {queue.get(job.id).status for job in jobs}  # type: ignore[union-attr]
+    assert statuses == {JobStatus.RUNNING}  # nothing released
+    # A connection's error is not a refusal: the caller retries the batch whole.
+    pg_store.close()
+    with pytest.raises(psycopg.Error) as closed:
+        pg_store.lease_renew("w1", refs[:1], 60)
+    assert not isinstance(closed.value, WriteRefused)
