@@ -448,8 +448,6 @@ class Worker:
                                writes_backlogged=completer.backlogged,
                                blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
         renewer = LeaseRenewer(runtime, abort=supervisor.abort, unwritten=completer.unwritten)
-        # Writes failing for longer than a renewal interval hold the claims back.
-        completer.stall.after = renewer.interval
         maintenance = Maintenance(runtime, abort=supervisor.abort)
         services: list[Service] = [renewer, maintenance]
         parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop, services,
@@ -460,8 +458,9 @@ class Worker:
                 tx_pools[spec.type] = self._tx_pool(parts, spec)
             else:
                 pools[spec.type] = self._pool(parts, spec)
-        # The renewer's interval follows the pools' leases (built above).
-        renewer.interval = renew_interval(runtime)
+        # The renewer's interval follows the pools' leases (built above); writes failing for
+        # longer than it hold the claims back.
+        renewer.interval = completer.stall.after = renew_interval(runtime)
         claims = CompletionClaims(runtime, pools, claim_loop.take,
                                   batch_cap=claim_loop.batch_size)
         if claims:
@@ -598,7 +597,7 @@ class Worker:
         else:
             claims.pools = pools
             claims.targets = claim_targets(runtime, pools)
-        parts.renewer.interval = renew_interval(runtime)
+        parts.renewer.interval = completer.stall.after = renew_interval(runtime)
         parts.renewer.kick()
         parts.maintenance.beat_soon()
 
