@@ -56,6 +56,17 @@ HISTORY_LIMIT = 20
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED})
 
 
+class WriteRefused(Exception):  # noqa: N818 - named after what happened
+    """A fenced batch write refused for its data, not for the connection: the database (or
+    the client encoding the parameters) will refuse the same items again, so running the
+    write again cannot help. Raised by the batch writes the worker makes (complete, retry,
+    fail, release, renew, mark started); the worker then splits the batch until it finds the
+    item refused and dead-letters that one alone. ``str()`` is the refusing error's class
+    and the first line of its message, never an item's content; the error itself is the
+    ``__cause__``. Any other exception of those writes is taken for a connection (or
+    server) problem and the write retried whole."""
+
+
 def wait_missing(job_id: str) -> LookupError:
     """What ``job_wait`` raises for a job that does not exist or was deleted while waited for
     (the same text from both stores)."""

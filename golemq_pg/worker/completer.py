@@ -8,7 +8,12 @@ were fenced out: the lease was lost (observers get ``"lease-lost"``) or the row 
 cancelled (nothing to report: it was reported when cancelled). A write that fails is
 retried with backoff, never dropped, until the worker's final flush gives up (then the
 leases simply expire and the reaper recovers the jobs: at-least-once). Failing writes are
-reported to observers' ``on_error`` (kind ``"complete"``) once per incident.
+reported to observers' ``on_error`` (kind ``"complete"``) once per incident; while they keep
+failing, the unwritten outcomes' leases are renewed (:meth:`Completer.unwritten`, read by the
+renewer) and, past a bound, the claim loop holds off (:meth:`Completer.backlogged`; kind
+``"claim"`` to ``on_error``). A write the store refuses for its data (``WriteRefused``) is
+split until the refused item stands alone; that item is dead-lettered with a minimal write
+(``OutcomeUnwritable``) and every other item is written (:mod:`~golemq_pg.worker.batches`).
 
 An outcome whose commit may let a guarded claim proceed (a job of a resource pool with a
 concurrency cap, of a serialize_by_scope or grouped type, or of a type another handler must
@@ -27,18 +32,25 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import structlog
 
 from golemq_pg._errortext import error_text
-from golemq_pg.store.port import FailItem, JobStore, LeaseRef, ResultRef, RetryItem
+from golemq_pg.store.port import FailItem, JobStore, LeaseRef, ResultRef, RetryItem, WriteRefused
+from golemq_pg.worker.batches import (
+    SplitWrite,
+    WriteStall,
+    chunks,
+    handler_starts,
+    result_chunks,
+    stored_result,
+    unwritable_fail,
+)
 from golemq_pg.worker.observers import ObserverHub
 from golemq_pg.worker.runtime import LOG_IDS
 from golemq_pg.worker.service import Service
 
 if TYPE_CHECKING:
     from golemq_pg.worker.poolclaim import ClaimingPool, CompletionClaims
-    from golemq_pg.worker.runtime import Runtime
     from golemq_pg.worker.units import Unit
 
 log = structlog.get_logger("golemq_pg.worker.completer")
@@ -51,10 +63,6 @@ _NAMES = ("complete", "retry", "fail", "release")
 _OUTCOMES = ("succeeded", "retry-scheduled", "failed-terminal", "retry-scheduled")
 #: At most this many unwritten ids are looked up to tell a cancel from a lost lease.
 _LOOKUP_LIMIT = 50
-#: Most items per statement.
-_CHUNK = 1000
-#: Most bytes of results per statement (a result may be up to 1 MiB).
-_CHUNK_RESULT_BYTES = 8 * 1024 * 1024
 #: Retries due within this many seconds wake the claim loop instead of waiting for a poll.
 SOON = 0.05
 #: The claim loop holds off while this many times ``max_items`` outcomes wait to be written
@@ -102,6 +110,13 @@ class Completer(Service):
         self._busy = False
         #: Outcomes taken by the write in flight (see :meth:`backlogged`).
         self._writing = 0
+        #: The entries of the flush in flight, by kind (see :meth:`unwritten`).
+        self._in_flight: list[list[Entry]] = []
+        #: Items refused for their data by the writes of this flush, not yet dead-lettered.
+        self._refused: list[tuple[Any, WriteRefused]] = []
+        #: How long writes have been failing; past ``stall.after`` (set by the Worker to the
+        #: renewal interval) the claim loop holds off.
+        self.stall = WriteStall(5.0)
         self._backlog_limit = BACKLOG_BATCHES * self.max_items
         #: Per type whose settled leases may let a guarded claim proceed: the handler types
         #: of this worker that may then claim (see :func:`unblocked_by`). Its outcomes are
@@ -156,9 +171,19 @@ class Completer(Service):
         return not self._entries and not self._busy
 
     def backlogged(self) -> bool:
-        """Too many outcomes wait to be written: the claim loop holds off until a flush (which
-        wakes it) brings the backlog down (see ``BACKLOG_BATCHES``)."""
-        return len(self._entries) + self._writing >= self._backlog_limit
+        """Too many outcomes wait to be written, or the writes have failed for longer than
+        ``stall.after``: the claim loop holds off until a flush (which wakes it) brings the
+        backlog down (see ``BACKLOG_BATCHES``) or a write succeeds again."""
+        return len(self._entries) + self._writing >= self._backlog_limit or self.stall.stalled()
+
+    def unwritten(self) -> list[Unit]:
+        """The units whose outcome waits to be written (queued, or in the flush in flight):
+        their handlers are done but their leases still matter, so the renewer renews them."""
+        # list() of a deque is one C call: no flusher thread can change it meanwhile.
+        entries = list(self._entries)
+        for group in list(self._in_flight):
+            entries.extend(group)
+        return list({id(entry[1]): entry[1] for entry in entries}.values())
 
     # -- the loop (hooks of Service) ----------------------------------------------------------
     def pause(self, wait: float | None) -> None:
@@ -197,10 +222,6 @@ class Completer(Service):
         del failures
         log.exception("completer_internal_error", error_type=type(exc).__name__)
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Flush everything queued, then end the thread (waits up to ``timeout``)."""
-        super().stop(timeout)
-
     # -- writing ----------------------------------------------------------------------------
     def flush(self) -> None:
         """Write everything queued now (called by the flusher thread)."""
@@ -210,9 +231,13 @@ class Completer(Service):
             entry = entries.popleft()
             batch[entry[0]].append(entry)
         self._writing = sum(map(len, batch))
-        for kind in (COMPLETE, RETRY, FAIL, RELEASE):
-            if batch[kind]:
-                self._write(kind, batch[kind])
+        self._in_flight = batch
+        try:
+            for kind in (COMPLETE, RETRY, FAIL, RELEASE):
+                if batch[kind]:
+                    self._write(kind, batch[kind])
+        finally:
+            self._in_flight = []
         unblocks = self.unblocks
         if unblocks:
             hinted: set[str] = set()
@@ -233,6 +258,8 @@ class Completer(Service):
         written = self._send(kind, group, items)
         if written is None:  # gave up (end of shutdown): the leases will expire
             return
+        if self._refused:
+            group = self._dead_letter(kind, group)
         if len(written) < len(items) or self.hub.active:
             # Someone to tell, or an item the store refused: per item. A drain without
             # observers whose every lease held skips the walk.
@@ -250,18 +277,18 @@ class Completer(Service):
         """Write ``items`` in chunks; the ids written, or None once the writes gave up."""
         # Each item's handler start, seconds before now (the write's database now, a round
         # trip away): written where the row has none yet. A release never started.
-        started = _started(group) if self.starts and kind != RELEASE else None
+        started = handler_starts(group) if self.starts and kind != RELEASE else None
         written: set[str] = set()
-        chunks = _result_chunks(items) if kind == COMPLETE else _chunks(items)
+        parts = result_chunks(items) if kind == COMPLETE else chunks(items)
         claims = self.claims
         # The last chunk of completions also claims the room they free (poolclaim).
         target = claims.target(e[1].pool.type for e in group) if claims and kind == COMPLETE \
             else None
         offset = 0
-        for number, chunk in enumerate(chunks, 1):
+        for number, chunk in enumerate(parts, 1):
             starts = None if started is None else started[offset:offset + len(chunk)]
             offset += len(chunk)
-            done = self._call(kind, chunk, target if number == len(chunks) else None, starts)
+            done = self._call(kind, chunk, target if number == len(parts) else None, starts)
             if done is None:
                 return None
             written |= done
@@ -284,14 +311,27 @@ class Completer(Service):
         self, kind: int, chunk: list[Any], target: ClaimingPool | None = None,
         started: list[float | None] | None = None,
     ) -> set[str] | None:
+        """Write ``chunk``: split on a refusal of its data (the refused items are left in
+        ``_refused``), retried with backoff on any other error; None once it gave up."""
         failures = 0
+        split = SplitWrite(len(chunk))
+
+        def part(lo: int, hi: int) -> set[str]:
+            # The claim on completion only with the whole chunk's first try.
+            return self._call_once(
+                kind, chunk[lo:hi], target if split.whole(lo, hi) else None,
+                None if started is None else started[lo:hi],
+            )
+
         while True:
             try:
-                written = self._call_once(kind, chunk, target, started)
+                split.run(part)
             except Exception as exc:  # noqa: BLE001 - retried with backoff, never dropped
                 target = None  # a failed attempt is retried without the claim on completion
                 failures += 1
                 self.hub.errors.failed("complete", exc)
+                if self.stall.failed():
+                    self._stalled(exc)
                 give_up = self.give_up_at is not None and time.monotonic() >= self.give_up_at
                 if failures == 1 or failures % 20 == 0 or give_up:
                     log.warning(
@@ -305,7 +345,48 @@ class Completer(Service):
                 continue
             if failures:
                 self.hub.errors.recovered("complete")
-            return written
+            if self.stall.since is not None and self.stall.succeeded():
+                log.info("claims_resumed", worker_id=self.owner)
+                self.hub.errors.recovered("claim", "completer")
+            self._refused.extend((chunk[index], refusal) for index, refusal in split.refused)
+            return split.written
+
+    def _stalled(self, exc: BaseException) -> None:
+        """The writes have failed for longer than ``stall.after``: the claims hold off."""
+        log.warning(
+            "claims_held_outcomes_unwritten", worker_id=self.owner,
+            seconds=round(self.stall.seconds(), 1), outcomes=len(self.unwritten()),
+            error_type=type(exc).__name__, error=error_text(exc),
+        )
+        self.hub.errors.failed(
+            "claim", f"claims held: outcomes unwritten for {self.stall.seconds():.0f}s "
+            f"({error_text(exc, with_type=True)})", "completer",
+        )
+
+    def _dead_letter(self, kind: int, group: list[Entry]) -> list[Entry]:
+        """Dead-letter the items the store refused for their data (each alone, with a text
+        of golemq-pg's own) and return ``group`` without them."""
+        refused, self._refused = self._refused, []
+        fails = [unwritable_fail(item, refusal) for item, refusal in refused]
+        dead = self._call(FAIL, fails) or set()
+        dropped, self._refused = self._refused, []
+        units = {item.id: unit for _, unit, items, _ in group for item in items}
+        hub = self.hub
+        for fail in fails:
+            job = _job(units[fail.id], fail.id)
+            if fail.id in dead:
+                log.warning("outcome_unwritable", worker_id=self.owner, outcome=_NAMES[kind],
+                            job_id=job.id, type=job.type, attempt=job.attempt,
+                            error=fail.error)
+                if hub:  # counters too: emit, not emit_transition
+                    hub.emit(job.id, job.type, job.scope, "failed-terminal", job.attempt,
+                             error=fail.error)
+        if dropped:  # even the minimal write was refused: the lease will expire
+            log.error("outcome_unwritable_dropped", worker_id=self.owner,
+                      job_ids=[item.id for item, _ in dropped[:LOG_IDS]])
+        gone = {item.id for item, _ in refused}
+        return [(k, unit, [i for i in items if i.id not in gone], flag)
+                for k, unit, items, flag in group]
 
     def _call_once(
         self, kind: int, chunk: list[Any], target: ClaimingPool | None,
@@ -406,86 +487,6 @@ class Completer(Service):
                 hub.emit(job.id, job.type, job.scope, "lease-lost", job.attempt)
 
 
-def stored_result(item: object) -> Any:
-    """The result a completion item stores, decoded as ``JobSummary.result`` reads it back
-    (None: the handler returned nothing to store). Built only for observers that take a
-    :class:`~golemq_pg.Transition`; the counters never pay for it."""
-    encoded = item.result if type(item) is ResultRef else None
-    return None if encoded is None else orjson.loads(encoded)
-
-
-def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
-    """For each type whose settled leases may let a guarded claim proceed, the handler types
-    of this worker that may then claim: the members of a resource pool with a concurrency cap
-    (a rate budget does not free on completion), a serialize_by_scope or grouped type itself,
-    and the types whose ``not_while_running`` or ``waits_for`` names it."""
-    specs = runtime.handlers
-    local = {spec.type for spec in specs}
-    found: dict[str, set[str]] = {}
-    for res in runtime.config.resources.values():
-        if res.concurrency is None:
-            continue
-        members = set(res.types)
-        for member in members:
-            found.setdefault(member, set()).update(members & local)
-    for spec in specs:
-        if spec.serialize_by_scope or spec.grouped:
-            found.setdefault(spec.type, set()).add(spec.type)
-        for other in (*spec.not_while_running, *spec.waits_for):
-            found.setdefault(other, set()).add(spec.type)
-    return {name: frozenset(types) for name, types in found.items()}
-
-
-def _started(group: list[Entry]) -> list[float | None]:
-    """Per item of ``group`` (in order), seconds since its unit's handler started (None: it
-    never did)."""
-    now = time.monotonic()
-    started: list[float | None] = []
-    for _, unit, items, _ in group:
-        began = unit.started_at
-        started.extend([now - began if began else None] * len(items))
-    return started
-
-
-def _chunks(items: list[Any]) -> list[list[Any]]:
-    return [items[start : start + _CHUNK] for start in range(0, len(items), _CHUNK)]
-
-
-def _result_chunks(items: list[Any]) -> list[list[Any]]:
-    """Completions in statements of at most ``_CHUNK`` items and, when they carry results,
-    about ``_CHUNK_RESULT_BYTES`` of them (so large results never make a huge statement)."""
-    if ResultRef not in set(map(type, items)):  # C speed: no per-item Python loop
-        return _chunks(items)
-    sizes = [len(item.result) if type(item) is ResultRef and item.result else 0
-             for item in items]
-    if sum(sizes) <= _CHUNK_RESULT_BYTES:  # the usual small results: no size split
-        return _chunks(items)
-    chunks: list[list[Any]] = [[]]
-    size = 0
-    for item, extra in zip(items, sizes, strict=True):
-        if chunks[-1] and (len(chunks[-1]) >= _CHUNK or size + extra > _CHUNK_RESULT_BYTES):
-            chunks.append([])
-            size = 0
-        chunks[-1].append(item)
-        size += extra
-    return chunks
-
-
-def delete_types(runtime: Runtime) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The handler types whose rows ``delete_on`` deletes: (on success, on dead letter). A
-    handler's own ``delete_on`` wins over the Worker's."""
-    default = runtime.config.delete_on
-    on_success: list[str] = []
-    on_failure: list[str] = []
-    for spec in runtime.handlers:
-        rule = spec.delete_on or default
-        if rule != "never":
-            on_success.append(spec.type)
-        if rule == "always":
-            on_failure.append(spec.type)
-    return tuple(on_success), tuple(on_failure)
-
-
 def _job(unit: Unit, job_id: str) -> Any:
     for job in unit.jobs:
         if job.id == job_id:
@@ -493,7 +494,4 @@ def _job(unit: Unit, job_id: str) -> Any:
     return unit.jobs[0]  # pragma: no cover - items always come from the unit's jobs
 
 
-__all__ = [
-    "COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef", "delete_types",
-    "unblocked_by",
-]
+__all__ = ["COMPLETE", "FAIL", "RELEASE", "RETRY", "Completer", "LeaseRef"]

@@ -19,16 +19,26 @@ its lease must have run out, is aborted through its signal with reason ``"lease-
 whatever its handler returns later is dropped (and the fenced store would change 0 rows).
 A failing renewal is reported to observers' ``on_error`` (kind ``"renew"``) once per
 incident.
+
+A finished unit whose outcome the completer has not written yet (``unwritten``: its writes
+are failing, or slow) keeps its lease too: once a third of its lease has passed it is renewed
+like a running job, so a completer that cannot write for a while does not let the reaper give
+its finished jobs to be run again. Such a lease not renewed is not aborted (there is nothing
+left to abort): its outcome was written meanwhile, or the completer's fenced write will find
+it lost.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
 
 from golemq_pg._errortext import error_text
+from golemq_pg.store.port import LeaseRef
+from golemq_pg.worker.batches import SplitWrite, unwritable_fail
 from golemq_pg.worker.events import LEASE_LOST
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import BUFFERED, RUNNING, Unit
@@ -53,10 +63,15 @@ class LeaseRenewer(Service):
     """Renews held leases in one call per lease length; aborts the ones that were lost
     through ``abort``."""
 
-    def __init__(self, runtime: Runtime, *, abort: Abort) -> None:
+    def __init__(
+        self, runtime: Runtime, *, abort: Abort,
+        unwritten: Callable[[], list[Unit]] = list,
+    ) -> None:
         super().__init__("golemq-renewer", runtime.owner)
         self.runtime = runtime
         self._abort = abort
+        #: The finished units whose outcomes wait to be written (the completer's).
+        self._unwritten = unwritten
         self.interval = renew_interval(runtime)
         self._failures = 0
 
@@ -83,14 +98,27 @@ class LeaseRenewer(Service):
             groups.setdefault(seconds, []).append(unit)
         return groups
 
+    def finished_due(self) -> dict[float, list[Unit]]:
+        """The finished units whose outcome waits to be written and a third of whose lease
+        has passed, grouped by lease length in seconds."""
+        cfg = self.runtime.config
+        now = time.monotonic()
+        groups: dict[float, list[Unit]] = {}
+        for unit in self._unwritten():
+            seconds = cfg.lease_duration or unit.pool.lease_seconds
+            if seconds > 0 and unit.lease_deadline - now < seconds * 2 / 3:
+                groups.setdefault(seconds, []).append(unit)
+        return groups
+
     def renew_once(self) -> None:
         """One renewal pass over every lease that needs it."""
+        self._renew_finished()
         runtime = self.runtime
         for seconds, units in self.due().items():
             refs = [ref for unit in units for ref in unit.refs]
             started = time.monotonic()
             try:
-                renewed = runtime.store.lease_renew(runtime.owner, refs, seconds)
+                renewed = self._renew(refs, seconds)
             except Exception as exc:  # noqa: BLE001 - retried next tick; expiry aborts
                 self._failures += 1
                 runtime.hub.errors.failed("renew", exc)
@@ -116,6 +144,43 @@ class LeaseRenewer(Service):
                     lost.append(unit)
             if lost:
                 self._abort(lost, LEASE_LOST)
+
+    def _renew(self, refs: list[LeaseRef], seconds: float) -> set[str]:
+        """``lease_renew`` of ``refs``, split if the store refuses it for its data
+        (``WriteRefused``): each refused lease is dead-lettered alone (``OutcomeUnwritable``)
+        and, not renewed, its unit aborted as lost; the others are renewed."""
+        runtime = self.runtime
+        split = SplitWrite(len(refs))
+        split.run(lambda lo, hi: runtime.store.lease_renew(runtime.owner, refs[lo:hi], seconds))
+        if split.refused:
+            fails = [unwritable_fail(refs[index], refusal) for index, refusal in split.refused]
+            log.warning("lease_unrenewable", worker_id=runtime.owner,
+                        job_ids=[fail.id for fail in fails], error=fails[0].error)
+            try:
+                runtime.store.job_fail_many(runtime.owner, fails)
+            except Exception as exc:  # noqa: BLE001 - its lease expires; the reaper has it
+                log.warning("lease_unrenewable_fail_failed", worker_id=runtime.owner,
+                            error_type=type(exc).__name__, error=error_text(exc))
+        return split.written
+
+    def _renew_finished(self) -> None:
+        """Renew the leases of finished units whose outcomes wait to be written."""
+        runtime = self.runtime
+        for seconds, units in self.finished_due().items():
+            refs = [ref for unit in units for ref in unit.refs]
+            started = time.monotonic()
+            try:
+                renewed = self._renew(refs, seconds)
+            except Exception as exc:  # noqa: BLE001 - retried next tick
+                log.warning("unwritten_lease_renew_failed", worker_id=runtime.owner,
+                            jobs=len(refs), error_type=type(exc).__name__,
+                            error=error_text(exc))
+                continue
+            for unit in units:
+                if all(ref.id in renewed for ref in unit.refs):
+                    unit.lease_deadline = started + seconds
+            log.info("unwritten_leases_renewed", worker_id=runtime.owner,
+                     jobs=len(renewed), waiting=len(refs))
 
 
 __all__ = ["LeaseRenewer", "renew_interval"]

@@ -63,9 +63,8 @@ from golemq_pg.store.port import (
     DueSchedule,
     WorkerBeat,
 )
-from golemq_pg.worker.completer import delete_types
 from golemq_pg.worker.events import CANCELLED, LEASE_LOST
-from golemq_pg.worker.runtime import LOG_IDS
+from golemq_pg.worker.runtime import LOG_IDS, delete_types
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.units import RUNNING, Unit
 

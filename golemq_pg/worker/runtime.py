@@ -213,4 +213,49 @@ class Runtime:
         return hit
 
 
-__all__ = ["HANDOFF", "LOG_IDS", "Runtime", "SelfClaimingPool", "SharedPool"]
+def unblocked_by(runtime: Runtime) -> dict[str, frozenset[str]]:
+    """For each type whose settled leases may let a guarded claim proceed, the handler types
+    of this worker that may then claim: the members of a resource pool with a concurrency cap
+    (a rate budget does not free on completion), a serialize_by_scope or grouped type itself,
+    and the types whose ``not_while_running`` or ``waits_for`` names it."""
+    specs = runtime.handlers
+    local = {spec.type for spec in specs}
+    found: dict[str, set[str]] = {}
+    for res in runtime.config.resources.values():
+        if res.concurrency is None:
+            continue
+        members = set(res.types)
+        for member in members:
+            found.setdefault(member, set()).update(members & local)
+    for spec in specs:
+        if spec.serialize_by_scope or spec.grouped:
+            found.setdefault(spec.type, set()).add(spec.type)
+        for other in (*spec.not_while_running, *spec.waits_for):
+            found.setdefault(other, set()).add(spec.type)
+    return {name: frozenset(types) for name, types in found.items()}
+
+
+def delete_types(runtime: Runtime) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The handler types whose rows ``delete_on`` deletes: (on success, on dead letter). A
+    handler's own ``delete_on`` wins over the Worker's."""
+    default = runtime.config.delete_on
+    on_success: list[str] = []
+    on_failure: list[str] = []
+    for spec in runtime.handlers:
+        rule = spec.delete_on or default
+        if rule != "never":
+            on_success.append(spec.type)
+        if rule == "always":
+            on_failure.append(spec.type)
+    return tuple(on_success), tuple(on_failure)
+
+
+__all__ = [
+    "HANDOFF",
+    "LOG_IDS",
+    "Runtime",
+    "SelfClaimingPool",
+    "SharedPool",
+    "delete_types",
+    "unblocked_by",
+]

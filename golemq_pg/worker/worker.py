@@ -39,7 +39,7 @@ from golemq_pg._validation import check_job_type, to_seconds
 from golemq_pg.errors import QueueConfigError, SchemaNotMigrated
 from golemq_pg.store.port import JobStore, Listener
 from golemq_pg.worker.blocked import BlockedReporter
-from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
+from golemq_pg.worker.completer import Completer
 from golemq_pg.worker.config import DeleteOn, WorkerConfig, WorkerOptions, build_config
 from golemq_pg.worker.dispatcher import ClaimLoop
 from golemq_pg.worker.eventloop import EventLoop
@@ -60,7 +60,7 @@ from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.poolclaim import CompletionClaims, claim_targets
 from golemq_pg.worker.progress import ProgressReporter
-from golemq_pg.worker.runtime import Runtime
+from golemq_pg.worker.runtime import Runtime, delete_types, unblocked_by
 from golemq_pg.worker.service import Service
 from golemq_pg.worker.shutdown import shut_down
 from golemq_pg.worker.starts import StartMarker
@@ -447,7 +447,7 @@ class Worker:
         claim_loop = ClaimLoop(runtime, pools, writes_idle=completer.idle,
                                writes_backlogged=completer.backlogged,
                                blocked=BlockedReporter(owner), batch_size=cfg.batch_size)
-        renewer = LeaseRenewer(runtime, abort=supervisor.abort)
+        renewer = LeaseRenewer(runtime, abort=supervisor.abort, unwritten=completer.unwritten)
         maintenance = Maintenance(runtime, abort=supervisor.abort)
         services: list[Service] = [renewer, maintenance]
         parts = _Parts(runtime, pools, tx_pools, completer, supervisor, claim_loop, services,
@@ -458,8 +458,9 @@ class Worker:
                 tx_pools[spec.type] = self._tx_pool(parts, spec)
             else:
                 pools[spec.type] = self._pool(parts, spec)
-        # The renewer's interval follows the pools' leases (built above).
-        renewer.interval = renew_interval(runtime)
+        # The renewer's interval follows the pools' leases (built above); writes failing for
+        # longer than it hold the claims back.
+        renewer.interval = completer.stall.after = renew_interval(runtime)
         claims = CompletionClaims(runtime, pools, claim_loop.take,
                                   batch_cap=claim_loop.batch_size)
         if claims:
@@ -596,7 +597,7 @@ class Worker:
         else:
             claims.pools = pools
             claims.targets = claim_targets(runtime, pools)
-        parts.renewer.interval = renew_interval(runtime)
+        parts.renewer.interval = completer.stall.after = renew_interval(runtime)
         parts.renewer.kick()
         parts.maintenance.beat_soon()
 

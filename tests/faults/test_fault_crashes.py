@@ -49,12 +49,13 @@ def _recover(env: FaultEnv, victim_id: str, killed_at: float, count: int) -> flo
     return time.monotonic() - killed_at
 
 
-def _wait_leased(env: FaultEnv, count: int) -> None:
-    """Wait until ``count`` jobs, and only they, are leased. With a fixed ``batch_size`` the
-    buffered jobs come from the claim after the first, which can commit after the first
-    batch's handlers have written their effects."""
-    wait_until(lambda: env.status_counts() == {"running": count}, timeout=10,
-               what=lambda: f"{count} jobs leased (now {env.status_counts()})")
+def _assert_all_leased(env: FaultEnv, count: int) -> None:
+    """Every job is leased: the victim's one claim (``batch_size`` = all of them) took them
+    all in one statement before any handler started, so this holds the moment a handler
+    wrote its effect. (With a batch of half, the buffered half came from a second claim,
+    which a loaded host could leave unsent for seconds after the first handlers wrote: no
+    wait for it was ever certain to be long enough.)"""
+    assert env.status_counts() == {"running": count}
 
 
 def test_s02_sigkill_a_worker_holding_a_claimed_batch(fault_env: FaultEnv) -> None:
@@ -64,14 +65,14 @@ def test_s02_sigkill_a_worker_holding_a_claimed_batch(fault_env: FaultEnv) -> No
     rescuer = env.spawn("rescuer", [type_spec("slow", concurrency=4)],
                         worker={"poll_interval": POLL, "lease_grace": LEASE})
     rescuer.signal(signal.SIGSTOP)
-    # 8 jobs = the victim's capacity (4 slots + 4 prefetched): 4 run, 4 wait in its buffer.
-    # A fixed batch_size buffers from the first claim (an adaptive prefetch buffers nothing
-    # for a type whose handler durations are not known yet, nor for slow ones).
+    # 8 jobs: 4 run, 4 wait in the victim's buffer. batch_size 8: its first claim leases all
+    # 8 in one statement, before any handler starts (an adaptive prefetch buffers nothing for
+    # a type whose handler durations are not known yet, nor for slow ones).
     env.queue.add_many("slow", [{"n": n, "sleep": 60, "only_on": "victim"} for n in range(8)])
     victim = env.spawn("victim", [type_spec("slow", concurrency=4)],
-                       worker={"poll_interval": POLL, "lease_grace": LEASE, "batch_size": 4})
+                       worker={"poll_interval": POLL, "lease_grace": LEASE, "batch_size": 8})
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 4, timeout=20)
-    _wait_leased(env, 8)
+    _assert_all_leased(env, 8)
     victim.signal(signal.SIGKILL)
     victim.wait(10)
     killed_at = time.monotonic()
@@ -128,12 +129,13 @@ def test_s14_sigterm_with_jobs_in_flight_within_and_past_the_grace(fault_env: Fa
     # Ignores the signal but returns within abandon_grace: still a success.
     late = env.queue.add("mix", {"sleep": 1.2, "ignore": True}, priority=6)
     buffered = [env.queue.add("mix", {"n": n}) for n in range(4)]
-    # batch_size: 4 buffered from the first claim (adaptive prefetch waits for durations).
+    # batch_size 8: the first claim leases all 8, 4 of them for the buffer (an adaptive
+    # prefetch waits for durations).
     proc = env.spawn("w", [type_spec("mix", concurrency=4)],
                      worker={"shutdown_grace": grace, "abandon_grace": abandon,
-                             "batch_size": 4})
+                             "batch_size": 8})
     wait_until(lambda: env.one("SELECT count(*) FROM {s}.effects") == 4, timeout=20)
-    _wait_leased(env, 8)  # 4 running, 4 in the local buffer
+    _assert_all_leased(env, 8)  # 4 running, 4 in the local buffer
     signalled = time.monotonic()
     assert proc.terminate(timeout=30) == 0
     exit_seconds = time.monotonic() - signalled

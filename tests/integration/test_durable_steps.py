@@ -347,3 +347,53 @@ def _step_rows(dsn: str, schema: str) -> list[str]:
                 sql.Identifier(schema))
         ).fetchall()
     return [row[0] for row in found]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_step_whose_connection_drops_while_saving_is_saved_not_run_again(
+    pg_dsn: str, schema: str, kind: str
+) -> None:
+    # Every connection of the worker's store is terminated while the step's function runs:
+    # the save that follows meets a dead connection. It is retried on a fresh one (the lease
+    # fences a stale save), so the function ran once and the job succeeded on attempt 1.
+    name = f"golemq-step-drop-{schema}"
+    store = PostgresStore.connect(pg_dsn, schema=schema, min_size=2, max_size=4,
+                                  application_name=name)
+    try:
+        store.migrate()
+        queue = Queue(store)
+        worker = fast_worker(store)
+        calls: list[int] = []
+
+        def cut_the_connections() -> str:
+            calls.append(1)
+            with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                cut = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE application_name = %s", (name,)).fetchone()
+            assert cut is not None
+            assert cut[0] >= 1
+            return "fetched"
+
+        if kind == "sync":
+            @worker.handler("fetch")
+            def fetch(job: JobEvent[Any]) -> str:
+                return job.step("fetch", cut_the_connections)
+        else:
+            async def cut_async() -> str:
+                return cut_the_connections()
+
+            @worker.handler("fetch")
+            async def fetch_async(job: JobEvent[Any]) -> str:
+                return await job.astep("fetch", cut_async)
+
+        job_id = add_job(queue, "fetch", {})
+        worker.run_until_empty(timeout=30)
+        summary = queue.get(job_id)
+        assert summary is not None
+        assert summary.status is JobStatus.SUCCEEDED, summary.last_error
+        assert (summary.attempts, summary.steps, summary.result) == (
+            1, {"fetch": "fetched"}, "fetched")
+        assert calls == [1]
+    finally:
+        store.close()

@@ -242,7 +242,8 @@ class FaultEnv:
         wrap: Sequence[str] = (),
     ) -> WorkerProc:
         """Start a worker process serving ``types`` (:func:`tests.support.workers.type_spec`
-        entries; every type runs the ``fault`` handler of tests/support/worker_process.py).
+        entries; every type runs the ``fault`` handler of tests/support/worker_process.py, an
+        ``async def`` one for an entry with ``async_handler=True``).
         ``pool``: the store's ``max_size``, ``*_timeout``, ``extra_options``, ``ledger_size``.
         ``wrap``: a command prefix (a network namespace: tests/support/partition.py).
         """
@@ -252,8 +253,8 @@ class FaultEnv:
                    "lease_grace": 5, "shutdown_grace": 5, "abandon_grace": 1}
         options.update(worker or {})
         handlers = [
-            {"type": spec["name"], "ledger": "fault",
-             "options": {k: v for k, v in spec.items() if k != "name"}}
+            {"type": spec["name"], "ledger": "fault", "async": bool(spec.get("async_handler")),
+             "options": {k: v for k, v in spec.items() if k not in ("name", "async_handler")}}
             for spec in types
         ]
         config = worker_config(

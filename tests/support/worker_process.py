@@ -55,8 +55,14 @@ A handler's behaviour, in the order it happens:
     the signal unless ``ignore``; once the signal fired it raises ``JobAborted`` unless
     ``abort_on_signal`` is false), ``raise`` (an exception class name: ``Terminal``,
     ``Retryable``, ``KeyboardInterrupt``, ``SystemExit``, ``BaseException``, ``ValueError``,
-    ``RuntimeError``; ``message`` its text), ``first_only`` (only on the job's first run),
-    ``only_on`` (sleep only in the worker whose id ends with ``-<only_on>``), ``tag``;
+    ``RuntimeError``; ``message`` its text), ``poison`` (raise, on every run, an exception
+    whose text PostgreSQL cannot store as given: ``"nul"``: ``ValueError("poison \\x00
+    nul")``, ``"surrogate"``: ``ValueError("poison \\udcff surrogate")``, ``"str-raises"``:
+    a ``PoisonStrError`` whose ``__str__`` raises; the payload cannot carry the text itself,
+    an add refuses both), ``first_only`` (only on the job's first run), ``only_on`` (sleep
+    only in the worker whose id ends with ``-<only_on>``), ``tag``; with ``"async": true``
+    on the handler entry the fault handler is an ``async def`` (its ledger rows written off
+    the event loop; ``step`` and ``sleep`` are the sync handler's only);
 * ``announce``: a word printed with the job id when the run starts (``"running 17"``);
 * ``returns``: the value the handler returns (its job's result), after the sleep;
 * ``sleep``: seconds, or ``[low, high]`` for a uniformly random duration; ``sleep_mode``:
@@ -76,6 +82,7 @@ cancel"), and prints ``done <count> <monotonic before the call> <monotonic after
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import itertools
 import json
@@ -295,7 +302,7 @@ def job_handler(spec: dict[str, Any], ledgers: Ledgers) -> Callable[[Any], objec
     """The handler of one ``handlers`` entry that runs one job at a time."""
     ledger = spec.get("ledger")
     if ledger == "fault":
-        return fault_handler(ledgers)
+        return async_fault_handler(ledgers) if spec.get("async") else fault_handler(ledgers)
     announce = spec.get("announce")
     block = spec.get("block_when")
 
@@ -356,20 +363,69 @@ def batch_handler(spec: dict[str, Any], ledgers: Ledgers) -> Callable[[Any], Non
     return handle
 
 
+class PoisonStrError(Exception):
+    """A handler's exception whose ``__str__`` raises (the ``poison`` payload key)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot be printed")
+
+
+def raise_poison(kind: str) -> None:
+    """Raise the exception the ``poison`` payload key names."""
+    if kind == "nul":
+        raise ValueError("poison \x00 nul")
+    if kind == "surrogate":
+        raise ValueError("poison \udcff surrogate")
+    raise PoisonStrError(kind)
+
+
+def _fault_start(job: Any, ledgers: Ledgers) -> tuple[int, int]:
+    """The fault ledger's start row of a run: its run id, and how many runs the job had."""
+    with ledgers.fault_pool().connection() as conn:
+        row = conn.execute(
+            ledgers.fault_start,
+            {"id": int(job.id), "attempt": job.attempt, "worker": ledgers.worker_id,
+             "pid": ledgers.pid, "type": job.type,
+             "scope": None if job.scope is None else ":".join(job.scope),
+             "tag": job.payload.get("tag")},
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _fault_end(run_id: int, outcome: str, reason: str | None, ledgers: Ledgers) -> None:
+    with ledgers.fault_pool().connection() as conn:
+        conn.execute(ledgers.fault_end, (outcome, reason, run_id))
+
+
+def async_fault_handler(ledgers: Ledgers) -> Callable[[Any], Any]:
+    """The fault handler as an ``async def``: the ledger rows in a thread, ``poison`` and
+    ``raise`` raised by the coroutine itself."""
+
+    async def handle(job: Any) -> None:
+        run_id, _ = await asyncio.to_thread(_fault_start, job, ledgers)
+        outcome = "ok"
+        try:
+            if job.payload.get("poison"):
+                outcome = "raised:poison"
+                raise_poison(str(job.payload["poison"]))
+            name = job.payload.get("raise")
+            if name:
+                outcome = "raised:" + name
+                raise RAISABLE[name](str(job.payload.get("message", "failed on purpose")))
+        finally:
+            await asyncio.to_thread(_fault_end, run_id, outcome, job.signal.reason, ledgers)
+
+    return handle
+
+
 def fault_handler(ledgers: Ledgers) -> Callable[[Any], None]:
     """The fault scenarios' handler: ledger rows around a payload-driven behaviour."""
     worker_id = ledgers.worker_id
 
     def handle(job: Any) -> None:
         payload = job.payload
-        with ledgers.fault_pool().connection() as conn:
-            run_id, earlier = conn.execute(
-                ledgers.fault_start,
-                {"id": int(job.id), "attempt": job.attempt, "worker": worker_id,
-                 "pid": ledgers.pid, "type": job.type,
-                 "scope": None if job.scope is None else ":".join(job.scope),
-                 "tag": payload.get("tag")},
-            ).fetchone()
+        run_id, earlier = _fault_start(job, ledgers)
         behave = payload if (not payload.get("first_only") or not earlier) else {}
         only_on = payload.get("only_on")
         if only_on and not worker_id.endswith("-" + only_on):
@@ -385,6 +441,9 @@ def fault_handler(ledgers: Ledgers) -> Callable[[Any], None]:
                 elif job.signal.wait(seconds) and behave.get("abort_on_signal", True):
                     outcome = "aborted"
                     job.signal.raise_if_cancelled()
+            if payload.get("poison"):
+                outcome = "raised:poison"
+                raise_poison(str(payload["poison"]))
             name = behave.get("raise")
             if name:
                 outcome = "raised:" + name
@@ -395,8 +454,7 @@ def fault_handler(ledgers: Ledgers) -> Callable[[Any], None]:
                     raise RetryableJobError(message)
                 raise RAISABLE[name](message)
         finally:
-            with ledgers.fault_pool().connection() as conn:
-                conn.execute(ledgers.fault_end, (outcome, job.signal.reason, run_id))
+            _fault_end(run_id, outcome, job.signal.reason, ledgers)
 
     return handle
 

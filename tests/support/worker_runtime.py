@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from golemq_pg import InMemoryStore, Resource
-from golemq_pg.worker.completer import Completer, delete_types, unblocked_by
+from golemq_pg.worker.completer import Completer
 from golemq_pg.worker.config import build_config
 from golemq_pg.worker.execution import Executor
 from golemq_pg.worker.handlers import HandlerSpec
 from golemq_pg.worker.outcomes import Outcomes
 from golemq_pg.worker.pool import TypePool
 from golemq_pg.worker.progress import ProgressReporter
-from golemq_pg.worker.runtime import Runtime
+from golemq_pg.worker.runtime import Runtime, delete_types, unblocked_by
 from golemq_pg.worker.supervisor import Supervisor
 
 

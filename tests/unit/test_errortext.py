@@ -3,6 +3,11 @@ and a failed attempt's traceback: standard formatting without locals, its last 1
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from golemq_pg._errortext import (
     DEFAULT_LIMIT,
     TRACEBACK_CUT,
@@ -10,6 +15,8 @@ from golemq_pg._errortext import (
     UNPRINTABLE,
     bounded_traceback,
     error_text,
+    storable_text,
+    stored_error,
     traceback_text,
 )
 
@@ -105,3 +112,101 @@ def test_a_traceback_is_bounded_at_its_end() -> None:
     assert euros is not None
     assert set(euros[len(TRACEBACK_CUT):]) == {"\u20ac"}
     assert len(euros.encode()) <= TRACEBACK_LIMIT
+
+
+# -- storable text: NUL and lone surrogates escaped, once, visibly ---------------------------
+
+_ANY_TEXT = st.text(st.one_of(st.characters(), st.sampled_from(["\x00", "\udcff", "\ud800"]),
+                              st.integers(0xD800, 0xDFFF).map(chr)))
+
+
+def _storable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+@given(_ANY_TEXT)
+def test_any_text_is_made_storable_and_stays_so(text: str) -> None:
+    stored = storable_text(text)
+    assert _storable(stored)
+    assert storable_text(stored) == stored  # idempotent
+    if _storable(text) and "\x00" not in text:
+        assert stored == text  # what could be stored is left alone
+
+
+def test_nul_and_lone_surrogates_are_escaped_visibly() -> None:
+    assert storable_text("a\x00b\udcffc\ud800é") == "a\\x00b\\udcffc\\ud800é"
+    assert stored_error(None) is None
+    assert stored_error("x\x00") == "x\\x00"
+
+
+@given(_ANY_TEXT)
+def test_any_error_message_gives_storable_error_text(message: str) -> None:
+    text = error_text(ValueError(message), with_type=True, limit=2000)
+    assert _storable(text)
+    assert text.startswith("ValueError")
+
+
+class _StrNotAStringError(Exception):
+    def __str__(self) -> Any:
+        return 42  # noqa: PLE0307 - the point: str() of it raises TypeError
+
+
+class _FancyText(str):
+    __slots__ = ()
+
+    def splitlines(self, keepends: bool = False) -> Any:
+        raise RuntimeError("no")
+
+
+class _FancyTextError(Exception):
+    def __str__(self) -> str:
+        return _FancyText("fine text")
+
+
+class _NamelessMeta(type):
+    @property
+    def __name__(cls) -> str:  # type: ignore[override]
+        raise RuntimeError("no name")
+
+
+class _NamelessError(Exception, metaclass=_NamelessMeta):
+    pass
+
+
+class _ReprRaises:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_broken_exceptions_give_readable_text() -> None:
+    assert error_text(_StrNotAStringError(), with_type=True) == (
+        f"_StrNotAStringError: {UNPRINTABLE}")
+    # A str subclass whose methods misbehave is read as a plain string.
+    assert error_text(_FancyTextError()) == "fine text"
+    assert error_text(_NamelessError("boom"), with_type=True) == "<unnamed exception>: boom"
+    assert error_text(KeyError(_ReprRaises()), with_type=True) == f"KeyError: {UNPRINTABLE}"
+
+
+class _OddError(Exception):
+    pass
+
+
+_OddError.__qualname__ = "Odd\x00\udcff"  # a qualname may hold both; a name may not
+
+
+def _raise_odd() -> None:
+    raise _OddError("message \x00 \udcff")
+
+
+def test_a_traceback_is_storable_whatever_the_exception_says() -> None:
+    try:
+        _raise_odd()
+    except _OddError as exc:
+        trace = traceback_text(exc)
+    assert trace is not None
+    assert _storable(trace)
+    assert trace.endswith("Odd\\x00\\udcff: message \\x00 \\udcff\n")

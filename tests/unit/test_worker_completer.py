@@ -11,14 +11,10 @@ from typing import Any
 
 from golemq_pg import InMemoryStore, JobEvent, JobStatus, Queue, Resource, Worker
 from golemq_pg.store.port import LeaseRef, ResultRef
-from golemq_pg.worker.completer import (
-    BACKLOG_BATCHES,
-    _result_chunks,
-    delete_types,
-    unblocked_by,
-)
+from golemq_pg.worker.batches import result_chunks
+from golemq_pg.worker.completer import BACKLOG_BATCHES
 from golemq_pg.worker.handlers import build_spec
-from golemq_pg.worker.runtime import Runtime
+from golemq_pg.worker.runtime import Runtime, delete_types, unblocked_by
 from tests.support.worker_runtime import bare_completer, bare_runtime
 
 
@@ -116,17 +112,17 @@ def _run_until(worker: Worker, done: threading.Event) -> None:
 def test_large_results_are_written_in_statements_of_bounded_size() -> None:
     big = b"1" * (1024 * 1024)
     items: list[Any] = [ResultRef(str(i), 1, big) for i in range(20)]
-    chunks = _result_chunks(items)
+    chunks = result_chunks(items)
     assert [len(c) for c in chunks] == [8, 8, 4]
     assert [item for chunk in chunks for item in chunk] == items
     plain: list[Any] = [LeaseRef(str(i), 1) for i in range(2500)]
-    assert [len(c) for c in _result_chunks(plain)] == [1000, 1000, 500]
+    assert [len(c) for c in result_chunks(plain)] == [1000, 1000, 500]
     # Small results, mixed with plain completions: split by count only.
     mixed: list[Any] = [ResultRef(str(i), 1, b"{}") if i % 2 else LeaseRef(str(i), 1)
                         for i in range(2500)]
-    assert [len(c) for c in _result_chunks(mixed)] == [1000, 1000, 500]
+    assert [len(c) for c in result_chunks(mixed)] == [1000, 1000, 500]
     # Exactly the byte budget fits one statement.
-    assert [len(c) for c in _result_chunks(items[:8])] == [8]
+    assert [len(c) for c in result_chunks(items[:8])] == [8]
 
 
 def test_delete_on_of_the_handler_wins_over_the_worker() -> None:

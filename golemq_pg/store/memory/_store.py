@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import structlog
 
+from golemq_pg._errortext import stored_error
 from golemq_pg._types import JobStatus, JobSummary, PausedType, ScheduleSummary
 from golemq_pg.store.memory import _admin as admin
 from golemq_pg.store.memory._claim import ClaimPass
@@ -283,8 +284,8 @@ class InMemoryStore(
                 if self._deleting(row, delete_types):
                     self._jobs.delete(row)
                 else:
-                    row.last_error = item.error
-                    row.record_attempt(item.error, row.lease_owner, now, item.traceback)
+                    row.last_error = error = stored_error(item.error)
+                    row.record_attempt(error, row.lease_owner, now, item.traceback)
                     self._jobs.finish(row, JobStatus.FAILED, now)
                 written.append(str(row.id))
             self._announce_done(written)
@@ -304,8 +305,8 @@ class InMemoryStore(
             for row, item in self._held(owner, items):
                 assert isinstance(item, RetryItem)  # noqa: S101 - _held returns the input items
                 _stamp_start(row, starts, now)
-                row.last_error = item.error
-                row.record_attempt(item.error, row.lease_owner, now, item.traceback)
+                row.last_error = error = stored_error(item.error)
+                row.record_attempt(error, row.lease_owner, now, item.traceback)
                 if not item.consume_attempt:
                     row.attempts = max(row.attempts - 1, 0)
                 self._jobs.back_to_pending(row, now + timedelta(seconds=item.delay), now)

@@ -38,6 +38,7 @@ from golemq_pg.errors import PreparedStatementsUnsupported, QueueConfigError
 from golemq_pg.store.postgres._claim import Claimer
 from golemq_pg.store.postgres._plans import Plan, PlanContext, queue_identity
 from golemq_pg.store.postgres._plans import channels as plan_channels
+from golemq_pg.store.postgres._refusals import data_refusals
 from golemq_pg.store.postgres._rows import id_text_set
 from golemq_pg.store.postgres._run_sync import run_plan
 from golemq_pg.store.postgres._sql import Queries, queries_for
@@ -575,15 +576,18 @@ class StoreConnections(Bindable[Shared, psycopg.Connection[Any]]):
             return conn.execute(self._q[name], params).fetchall()
 
     def _write_ids(self, name: str, params: dict[str, Any]) -> set[str]:
-        """Run a fenced batch write and return the ids it changed (retried on conflicts)."""
-        return retrying(name, lambda: {str(row[0]) for row in self._fetch(name, params)},
-                        once=self._bound is not None)
+        """Run a fenced batch write and return the ids it changed (retried on conflicts;
+        ``WriteRefused`` when its data is refused: ``_refusals``)."""
+        with data_refusals():
+            return retrying(name, lambda: {str(row[0]) for row in self._fetch(name, params)},
+                            once=self._bound is not None)
 
     def _write_id_text(self, name: str, params: dict[str, Any]) -> set[str]:
         """:meth:`_write_ids` for a statement returning the ids it changed as one
         comma-separated text (NULL: none)."""
-        return retrying(name, lambda: id_text_set(self._fetch(name, params)),
-                        once=self._bound is not None)
+        with data_refusals():
+            return retrying(name, lambda: id_text_set(self._fetch(name, params)),
+                            once=self._bound is not None)
 
     def channels(self) -> tuple[str, str]:
         """The NOTIFY channel names (jobs, cancel) of this schema, fetched once."""

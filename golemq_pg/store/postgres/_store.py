@@ -23,7 +23,7 @@ import psycopg
 import structlog
 from psycopg_pool import ConnectionPool
 
-from golemq_pg._errortext import bounded_traceback
+from golemq_pg._errortext import bounded_traceback, stored_error
 from golemq_pg._types import JobSummary
 from golemq_pg._validation import check_dsn, check_schema
 from golemq_pg.store.port import (
@@ -70,6 +70,7 @@ from golemq_pg.store.postgres._migrations import (
     LockPolicy,
 )
 from golemq_pg.store.postgres._migrations import migrate as _migrate
+from golemq_pg.store.postgres._refusals import data_refusals
 from golemq_pg.store.postgres._registry import RegistryVerbs
 from golemq_pg.store.postgres._schedules import ScheduleVerbs
 from golemq_pg.store.postgres._step_verbs import StepVerbs
@@ -304,7 +305,8 @@ class PostgresStore(
         """
         if not items:
             return set()
-        return self._write_id_text(*_completion(owner, items, delete_types, started))
+        with data_refusals():  # the results' text is built here, before the write
+            return self._write_id_text(*_completion(owner, items, delete_types, started))
 
     def job_complete_and_claim(self, params: CompleteAndClaimParams) -> CompleteAndClaimResult:
         """``job_complete_many`` and then the claim of ``params.claim`` in one transaction:
@@ -329,7 +331,8 @@ class PostgresStore(
                 found, batch = claimer.run_after_write(conn, write, request, managed=True)
             return CompleteAndClaimResult(rows.id_text_set(found), batch)
 
-        return retrying("job_complete_and_claim", complete_and_claim, once=False)
+        with data_refusals():
+            return retrying("job_complete_and_claim", complete_and_claim, once=False)
 
     def job_retry_many(
         self, owner: str, items: Sequence[RetryItem], *,
@@ -340,7 +343,7 @@ class PostgresStore(
             return set()
         args = rows.lease_args(owner, items)
         args["delays"] = [float(i.delay) for i in items]
-        args["errors"] = [i.error for i in items]
+        args["errors"] = [stored_error(i.error) for i in items]
         args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
         args["consume"] = [bool(i.consume_attempt) for i in items]
         args["history"] = HISTORY_LIMIT
@@ -355,7 +358,7 @@ class PostgresStore(
         if not items:
             return set()
         args = rows.lease_args(owner, items)
-        args["errors"] = [i.error for i in items]
+        args["errors"] = [stored_error(i.error) for i in items]
         args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
         args["delete_types"] = list(delete_types)
         args["history"] = HISTORY_LIMIT
