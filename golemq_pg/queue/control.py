@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from golemq_pg import _local
+from golemq_pg._errortext import storable_text
 from golemq_pg._types import JobType, PausedType, ScopeLike, Transition
 from golemq_pg._validation import (
     check_job_id,
@@ -20,7 +21,6 @@ from golemq_pg._validation import (
     check_name,
     check_pause_reason,
     check_required_scope,
-    check_text,
     to_seconds,
 )
 from golemq_pg.queue.core import QueueCore, QueuePlan
@@ -201,7 +201,9 @@ def cancel_workflow(q: QueueCore[Any], workflow_id: str) -> QueuePlan[int]:
 def _cancel(q: QueueCore[Any], selector: CancelFilter, reason: str | None) -> QueuePlan[int]:
     if reason is not None and not isinstance(reason, str):
         raise ValueError("reason must be a string")
-    reason = check_text((reason or "cancelled")[:500], "reason")
+    # A reason is a description, often made from user code's own text (an exception's
+    # message): made storable, never refused (an escaped NUL still says what was there).
+    reason = storable_text((reason or "cancelled")[:500])
     cancelled: list[CancelledJob] = yield from calls.job_cancel(selector, reason)
     return _cancelled(q, cancelled, reason)
 

@@ -159,6 +159,20 @@ def test_cancel_return_values_count_what_was_cancelled(store: Any) -> None:
     assert summary.status is JobStatus.SUCCEEDED
 
 
+def test_a_cancel_reason_made_of_unstorable_text_is_stored_escaped(store: Any) -> None:
+    # A reason is often an exception's own text: a NUL or a lone surrogate in it must not
+    # make the cancel fail.
+    queue = Queue(store)
+    rec = Recorder()
+    queue_with_observer = Queue(store, observers=[rec])
+    jobs = [queue.add("render", {"n": n}, scope=("Doc", "nul")) for n in range(2)]
+    count = queue_with_observer.cancel_for_scope(("Doc", "nul"), reason="gone\x00 \udcff")
+    assert count == 2
+    assert all(queue.get(job_id) is None for job_id in jobs)  # type: ignore[arg-type]
+    errors = {t.error for t in rec.wait_for("cancelled", count=2)}
+    assert errors == {"gone\\x00 \\udcff"}
+
+
 def test_cancel_in_the_same_process_aborts_synchronously(store: Any) -> None:
     queue = Queue(store)
     rec = Recorder()

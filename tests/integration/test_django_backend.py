@@ -22,7 +22,7 @@ pytest.importorskip(
     "pytest_django", reason="pytest-django is not installed: pip install -e '.[dev,examples]'"
 )
 
-from asgiref.sync import sync_to_async  # noqa: E402 - after the skips above
+from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.utils import timezone
 
