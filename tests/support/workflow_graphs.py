@@ -23,12 +23,15 @@ class AddedChain:
 
 
 def add_chain(queue: Queue, depth: int, *, root_type: str = "chain.root",
-              step_type: str = "chain.step", root_options: Mapping[str, Any] | None = None,
+              step_type: str = "chain.step", root_payload: Mapping[str, Any] | None = None,
+              root_options: Mapping[str, Any] | None = None,
               policy: ParentFailurePolicy = "fail") -> AddedChain:
-    """Add a chain ``depth`` jobs deep (the root and ``depth - 1`` dependents, each with
-    ``on_parent_failure=policy``) in one ``add_workflow``."""
+    """Add a chain ``depth`` jobs deep (the root, with ``root_payload`` and the add's
+    ``root_options``, and ``depth - 1`` dependents, each with ``on_parent_failure=policy``)
+    in one ``add_workflow``."""
     wf = Workflow(f"chain of {depth}")
-    nodes: list[WorkflowNode] = [wf.add(root_type, {"n": 0}, **dict(root_options or {}))]
+    nodes: list[WorkflowNode] = [
+        wf.add(root_type, {"n": 0, **dict(root_payload or {})}, **dict(root_options or {}))]
     for n in range(1, depth):
         nodes.append(wf.add(step_type, {"n": n}, after=[nodes[-1]],
                             on_parent_failure=policy))
