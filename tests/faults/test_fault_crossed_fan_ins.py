@@ -57,6 +57,13 @@ def _deadlocks(env: FaultEnv) -> int:
         "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"))
 
 
+def _wait_succeeded(env: FaultEnv, procs: list[WorkerProc], count: int, *,
+                    timeout: float) -> None:
+    """Wait until at least ``count`` jobs succeeded (the workers' state if they do not)."""
+    wait_until(lambda: env.succeeded() >= count, timeout=timeout, interval=0.05,
+               what=lambda: env.stuck_report(procs, f"{count} jobs succeeded"))
+
+
 def _drain(env: FaultEnv, cluster: ThrowawayCluster, *, kills: bool) -> dict[str, object]:
     """Add the fan-ins, drain them on 4 processes (SIGKILLing one at each of KILL_AT when
     ``kills``), and assert the outcome; returns what to report."""
@@ -70,15 +77,13 @@ def _drain(env: FaultEnv, cluster: ThrowawayCluster, *, kills: bool) -> dict[str
     killed = []
     if kills:
         for n, at in enumerate(KILL_AT):
-            wait_until(lambda at=at: env.succeeded() >= at, timeout=60, interval=0.02,
-                       what=lambda: env.stuck_report(procs, f"{at} jobs succeeded"))
+            _wait_succeeded(env, procs, at, timeout=60)
             victim = procs[n]
             victim.signal(signal.SIGKILL)
             victim.wait(10)
             killed.append(victim.worker_id)
             procs.append(_spawn(env, f"w{n}-again"))
-    wait_until(lambda: env.succeeded() == JOBS, timeout=90, interval=0.1,
-               what=lambda: env.stuck_report(procs, "every job succeeded"))
+    _wait_succeeded(env, procs, JOBS, timeout=90)
     seconds = time.monotonic() - started
     for proc in procs:
         if proc.worker_id not in killed:
