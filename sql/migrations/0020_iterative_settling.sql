@@ -37,6 +37,12 @@
 --    SQLSTATE (never its text: an error raised by a trigger may quote row data), and the
 --    rest of the batch is reclaimed. requeue_stale shares the function and the behaviour.
 --
+-- What the statement trigger costs a DELETE on jobs that finishes no parent (the completion
+-- of jobs without dependents): the transition table and one trigger call per statement, where
+-- the row trigger's WHEN test cost nothing. Measured on the 2-core dev machine (EXPLAIN
+-- ANALYZE, median of 200): a 100-row DELETE 0.095 -> 0.14 ms, a 1-row DELETE 0.02 -> 0.045 ms,
+-- against about 1.3 ms for a worker's 100-job completion round trip.
+--
 -- Safe on a live queue: no table is rewritten or scanned; the trigger is replaced in place
 -- (CREATE OR REPLACE TRIGGER takes SHARE ROW EXCLUSIVE on jobs for the moment of the
 -- catalog change, no scan), the functions are redefined.
