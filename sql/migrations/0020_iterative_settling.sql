@@ -21,8 +21,10 @@
 --    statement finished are locked in one pass, in job id order, before any is changed,
 --    and each later generation likewise. Every statement that settles takes node rows in
 --    that one global order, so no two can wait on each other for them. The parent rows
---    themselves are already held by the statement that finished them (its own lease, or
---    the reaper's FOR UPDATE SKIP LOCKED, which never waits).
+--    themselves are held by the statement that finished them: a worker's fenced write
+--    (its own leases, whose ids the store sends in job id order: _rows.in_id_order), a
+--    cancel (DELETE ... WHERE id = ANY, in the index's order), or the reaper (FOR UPDATE
+--    SKIP LOCKED, which never waits).
 --  * The same verdicts as 0016 for each child, the parents that finished in one statement
 --    (or one generation) judged together: only successes count the parents off
 --    (open_parents) and release the child at zero; any other outcome applies the child's
