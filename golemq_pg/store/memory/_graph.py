@@ -113,6 +113,9 @@ class Graph:
         """Apply every remembered outcome to the children, until nothing is left to
         apply (a child failed or cancelled here is itself a parent that left)."""
         effects = Effects()
+        # Parents that left together are taken in id order, as migration 0020 judges them
+        # (a child failed by two of them names the smaller id).
+        self.left.sort(key=lambda left: left[0])
         while self.left:
             parent, outcome = self.left.pop(0)
             kids = list(self.children.get(parent, ()))
