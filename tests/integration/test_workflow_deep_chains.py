@@ -63,6 +63,20 @@ def test_cancel_policies_down_a_10000_deep_chain_delete_it(
                         ).fetchone() == (DEPTH - 1,)
 
 
+def test_cancel_workflow_of_a_10000_deep_chain_with_its_root_running(
+    pg_store: PostgresStore, conn: psycopg.Connection[Any],
+) -> None:
+    queue = Queue(pg_store)
+    chain = add_chain(queue, DEPTH)
+    assert pg_store.job_claim(ClaimRequest(
+        owner="w-deep", types=[TypeSlots("chain.root", limit=1, lease_seconds=30)]))
+    assert queue.cancel_workflow(chain.run.id) == DEPTH
+    assert _statuses(conn, chain) == {}
+    summary = queue.workflow(chain.run.id)
+    assert summary is not None
+    assert summary.status == "cancelled"
+
+
 def test_a_root_failing_terminally_dead_letters_a_10000_deep_chain(
     pg_store: PostgresStore, conn: psycopg.Connection[Any],
 ) -> None:
