@@ -1,14 +1,15 @@
 """The dependency graph of the in-memory store: edges, nodes, workflows, and how a parent's
 outcome reaches its WAITING children.
 
-Private to :mod:`golemq_pg.store.memory`. It mirrors migration 0016: ``edges`` are
+Private to :mod:`golemq_pg.store.memory`. It mirrors migrations 0016 and 0020: ``edges`` are
 ``job_deps`` (kept after their jobs are gone, until pruned), ``nodes`` are ``job_nodes`` (one
 per job that has parents or belongs to a workflow: its workflow, open parents, policy and
 the parent it failed because of), ``workflows`` the workflow records. The jobs table tells
 the graph (``JobTable.on_leave``) whenever a job with children leaves the live states; the
 store then calls :meth:`Graph.settle` before its lock is released, which applies every such
-outcome to the children, down the chain (the trigger ``jobs_settle_dependents``). Always
-called with the store's lock held.
+outcome to the children, down the chain, from a worklist (``settle_dependents()``'s loop,
+which the trigger ``jobs_settle_dependents`` calls): no recursion, whatever the depth.
+Always called with the store's lock held.
 """
 
 from __future__ import annotations
