@@ -110,6 +110,17 @@ BEGIN
         -- shared one, never in a cycle; and exactly one of them sees a child's last open
         -- parent go.
         PERFORM 1 FROM job_nodes n WHERE n.job_id = ANY (kids) ORDER BY n.job_id FOR UPDATE;
+        -- Then those children's jobs rows still WAITING, in the same order: the walk holds
+        -- what it releases, dead-letters or cancels from here on (the DELETEs come at its
+        -- end), so a cancel of one of them meanwhile either waits for this transaction or
+        -- has deleted it first (then it is judged no more here, and the cancel's own walk
+        -- settles its children).
+        -- (status || '': the ids' primary-key probes, never a walk of jobs_waiting_idx, which
+        -- holds every WAITING job.)
+        PERFORM 1 FROM jobs c
+         WHERE c.id = ANY (kids) AND c.status || '' = 'waiting'
+         ORDER BY c.id
+           FOR UPDATE;
         WITH edges AS (
             SELECT d.child_id, f.id AS parent_id, f.outcome
               FROM unnest(gen_ids, gen_out) AS f(id, outcome)
@@ -189,7 +200,7 @@ BEGIN
     -- FAILED, no attempt added (none ran). Rows in job id order (the index's).
     WITH gone AS (
         DELETE FROM jobs j
-         WHERE j.id = ANY (all_fail) AND j.status = 'waiting'
+         WHERE j.id = ANY (all_fail) AND j.status || '' = 'waiting'
         RETURNING j.*
     ),
     kept AS (
@@ -203,7 +214,7 @@ BEGIN
     )
     SELECT array_agg(k.id) INTO failed FROM kept k;
     WITH d AS (
-        DELETE FROM jobs j WHERE j.id = ANY (all_drop) AND j.status = 'waiting'
+        DELETE FROM jobs j WHERE j.id = ANY (all_drop) AND j.status || '' = 'waiting'
         RETURNING j.id
     )
     SELECT array_agg(d.id) INTO dropped FROM d;
