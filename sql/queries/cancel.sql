@@ -29,7 +29,8 @@ j.id, j.type, j.scope_type, j.scope_id, j.status, j.lease_owner, j.attempts
 
 -- name: job_cancel_ids
 -- Cancellation deletes live (pending, running or waiting) rows; finished rows are history
--- and stay. A cancelled parent's waiting children get their policy (0016's trigger).
+-- and stay. A cancelled parent's waiting children get their policy (the settle trigger:
+-- 0016, 0020).
 -- The caller then NOTIFYs the ids of deleted RUNNING rows in the same transaction.
 DELETE FROM {schema}.jobs j
  WHERE j.id = ANY(%(ids)s::bigint[])

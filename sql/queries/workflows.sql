@@ -1,6 +1,7 @@
 -- Dependencies and workflows: enqueueing with parents, workflow_create / workflow_get /
--- workflow_cancel, job_links. The release of children is not here: migration 0016's
--- trigger on jobs does it in the transaction that finishes a parent (its header says how).
+-- workflow_cancel, job_links. The release of children is not here: the settle trigger on
+-- jobs (0016; a statement trigger with a loop over generations since 0020, whose header
+-- says how and in which lock order) does it in the transaction that finishes a parent.
 --
 -- A job with parents is inserted WAITING, then link_jobs() (0016) records its edges, marks
 -- and locks its live parents and judges it at once (pending, waiting, failed or cancelled),

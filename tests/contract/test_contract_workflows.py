@@ -376,6 +376,48 @@ def test_cancel_workflow_cancels_every_live_job(store: JobStore) -> None:
     assert store.workflow_cancel(created.id) == []
 
 
+def chain(depth: int, policy: str = "fail") -> WorkflowParams:
+    """A root (one attempt) and ``depth - 1`` jobs, each after the one before."""
+    return WorkflowParams(name=f"chain {depth}", jobs=[
+        WorkflowJobParams(dataclass_replace(params("root"), max_attempts=1)),
+        *(WorkflowJobParams(params("step", policy=policy), after=(n,))
+          for n in range(depth - 1)),
+    ])
+
+
+def test_a_chain_thousands_deep_is_dead_lettered_when_its_root_fails(store: JobStore) -> None:
+    created = store.workflow_create(chain(3_000))
+    fail_one(store, "root")
+    assert store.job_stats()["failed"] == 3_000
+    tail = store.job_get(created.job_ids[-1])
+    assert tail is not None
+    assert tail.last_error == PARENT_FAILED_ERROR.format(parent=created.job_ids[-2])
+
+
+def test_a_chain_thousands_deep_is_cancelled_with_its_root(store: JobStore) -> None:
+    created = store.workflow_create(chain(3_000, policy="cancel"))
+    gone = store.job_cancel(CancelFilter(job_ids=[created.job_ids[0]]), "test")
+    assert [g.id for g in gone] == [created.job_ids[0]]
+    assert store.job_stats()["waiting"] == 0
+    assert all(store.job_get(i) is None for i in created.job_ids[::500])
+
+
+def test_parents_failing_together_judge_a_shared_child_once(store: JobStore) -> None:
+    a, b = add(store, "p", max_attempts=1), add(store, "p", max_attempts=1)
+    failing = child(store, "c", a, b)
+    running = child(store, "c", a, b, policy="run")
+    jobs = claim(store, slots("p", limit=2))
+    written = store.job_fail_many("w1", [FailItem(j.id, j.lease_token, "boom")
+                                          for j in reversed(jobs)])
+    assert written == {a, b}
+    job = store.job_get(failing)
+    assert job is not None
+    assert job.status is JobStatus.FAILED
+    # The smaller parent id is the one named, whatever the batch's order.
+    assert job.last_error == PARENT_FAILED_ERROR.format(parent=min(a, b, key=int))
+    assert status(store, running) is JobStatus.PENDING  # both parents counted off
+
+
 def test_unknown_workflow_and_links(store: JobStore) -> None:
     assert store.workflow_get("987654321") is None
     assert store.workflow_cancel("987654321") == []

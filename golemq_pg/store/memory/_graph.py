@@ -1,14 +1,15 @@
 """The dependency graph of the in-memory store: edges, nodes, workflows, and how a parent's
 outcome reaches its WAITING children.
 
-Private to :mod:`golemq_pg.store.memory`. It mirrors migration 0016: ``edges`` are
+Private to :mod:`golemq_pg.store.memory`. It mirrors migrations 0016 and 0020: ``edges`` are
 ``job_deps`` (kept after their jobs are gone, until pruned), ``nodes`` are ``job_nodes`` (one
 per job that has parents or belongs to a workflow: its workflow, open parents, policy and
 the parent it failed because of), ``workflows`` the workflow records. The jobs table tells
 the graph (``JobTable.on_leave``) whenever a job with children leaves the live states; the
 store then calls :meth:`Graph.settle` before its lock is released, which applies every such
-outcome to the children, down the chain (the trigger ``jobs_settle_dependents``). Always
-called with the store's lock held.
+outcome to the children, down the chain, from a worklist (``settle_dependents()``'s loop,
+which the trigger ``jobs_settle_dependents`` calls): no recursion, whatever the depth.
+Always called with the store's lock held.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class Graph:
         """Apply every remembered outcome to the children, until nothing is left to
         apply (a child failed or cancelled here is itself a parent that left)."""
         effects = Effects()
+        # Parents that left together are taken in id order, as migration 0020 judges them
+        # (a child failed by two of them names the smaller id).
+        self.left.sort(key=lambda left: left[0])
         while self.left:
             parent, outcome = self.left.pop(0)
             kids = list(self.children.get(parent, ()))

@@ -234,7 +234,7 @@ class JobTable:
         #: Called (lock held) with a row and its outcome whenever it leaves the live states
         #: (WAITING, PENDING, RUNNING): SUCCEEDED / FAILED when it finishes, None when it is
         #: deleted while live (cancelled, superseded). The dependency graph settles the
-        #: row's children from it, as migration 0016's trigger on ``jobs`` does.
+        #: row's children from it, as the settle trigger on ``jobs`` (0016, 0020) does.
         self.on_leave: Callable[[JobRow, JobStatus | None], None] = _left
         self.rows: dict[int, JobRow] = {}
         self.pending: dict[int, JobRow] = {}

@@ -357,15 +357,26 @@ def checkout_end(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
 Setup = Callable[[psycopg.Connection[Any]], None]
 
 
+def log_server_warning(diag: psycopg.errors.Diagnostic) -> None:
+    """A ``WARNING`` that one of the schema's functions raised goes to the store's log: the
+    reaper's row set aside (migration 0020: its job id and the error's SQLSTATE, never row
+    data). Every other notice is left alone, as before."""
+    message = diag.message_primary or ""
+    if diag.severity_nonlocalized == "WARNING" and message.startswith("golemq-pg "):
+        log.warning("server_warning", message=message, sqlstate=diag.sqlstate)
+
+
 def session_setup(schema: str, options: ConnectionOptions) -> Setup:
     """What runs on each connection the store opens: the ``session_settings`` statement
-    (one round trip), then :func:`ensure_utc`."""
+    (one round trip), then :func:`ensure_utc`; the schema's warnings are logged
+    (:func:`log_server_warning`)."""
     statement = queries_for(schema)["session_settings"]
     params = options.session_params()
 
     def setup(conn: psycopg.Connection[Any]) -> None:
         conn.execute(statement, params)
         ensure_utc(conn)
+        conn.add_notice_handler(log_server_warning)
 
     return setup
 

@@ -341,6 +341,7 @@ class PostgresStore(
         """RUNNING -> PENDING after a delay (attempt refunded unless consumed)."""
         if not items:
             return set()
+        items, started = rows.in_id_order(items, started)
         args = rows.lease_args(owner, items)
         args["delays"] = [float(i.delay) for i in items]
         args["errors"] = [stored_error(i.error) for i in items]
@@ -357,6 +358,7 @@ class PostgresStore(
         """RUNNING -> FAILED (dead letter); types in ``delete_types`` are deleted instead."""
         if not items:
             return set()
+        items, started = rows.in_id_order(items, started)
         args = rows.lease_args(owner, items)
         args["errors"] = [stored_error(i.error) for i in items]
         args["tracebacks"] = [bounded_traceback(i.traceback) for i in items]
@@ -480,6 +482,7 @@ def _completion(
     """The completing statement for ``items`` and its parameters: the hot path without
     results and deletes, else its variant storing results, or deleting (``delete_on``). Each
     returns the ids it wrote as one comma-separated text (``rows.id_text_set``)."""
+    items, started = rows.in_id_order(items, started)
     args = rows.lease_args(owner, items)
     args["started"] = rows.seconds_array(started)
     # The item types, collected at C speed (a per-item isinstance loop cost more here than

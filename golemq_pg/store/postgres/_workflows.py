@@ -1,8 +1,8 @@
 """The dependency and workflow verbs of the PostgreSQL stores, as plans (see ``_plans``):
 enqueueing with parents, ``workflow_create``, ``workflow_get``, ``workflow_cancel`` and
 ``job_links`` (statements in ``sql/queries/workflows.sql``). The release of children is not
-here: migration 0016's row trigger on ``jobs`` does it in the transaction that finishes a
-parent, whichever verb finishes it.
+here: the settle trigger on ``jobs`` (0016; a statement trigger walking the graph in a loop
+since 0020) does it in the transaction that finishes a parent, whichever verb finishes it.
 
 A job with parents is inserted WAITING and linked by ``link_jobs()`` (0016), which marks and
 locks its live parents, records the edges and judges it at once, in the add's transaction.
