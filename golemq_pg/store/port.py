@@ -607,6 +607,15 @@ class JobStore(DashboardReads, Protocol):
         (and keeps its own parents). An ``after`` index not smaller than the job's own:
         ``ValueError``. Returns the workflow id and the job ids by index."""
 
+    def workflow_create_many(
+        self, params: Sequence[WorkflowParams], *, connection: Any = None
+    ) -> list[WorkflowCreated]:
+        """:meth:`workflow_create` of each workflow, in order, all in one transaction (with
+        ``connection``: inside the caller's, never committing): every workflow written or
+        none. Returns what each wrote, in order; ``[]`` for no workflows. A workflow
+        without jobs, or an ``after`` index not smaller than the job's own, raises
+        ``ValueError`` naming the workflow's position (``workflow N``) before any write."""
+
     def workflow_get(self, workflow_id: str) -> WorkflowSummary | None:
         """A workflow (see :class:`~golemq_pg.WorkflowSummary`), or None when unknown
         (never created, or pruned). ``status``: "cancelled" once ``workflow_cancel`` ran;

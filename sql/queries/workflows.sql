@@ -4,8 +4,8 @@
 --
 -- A job with parents is inserted WAITING, then link_jobs() (0016) records its edges, marks
 -- and locks its live parents and judges it at once (pending, waiting, failed or cancelled),
--- all in the add's transaction. Unkeyed jobs are written by one call of insert_job_graph()
--- (0019, job_graph_insert below), a whole workflow included.
+-- all in the add's transaction. Unkeyed jobs are written by one call of insert_job_graphs()
+-- (0021, job_graphs_insert below), whole workflows included, several at once.
 
 
 -- name: job_parents_missing
@@ -100,15 +100,17 @@ SELECT l.id, l.status
                           %(workflow)s::bigint) l
 
 
--- name: job_graph_insert
--- Unkeyed jobs, their edges and verdicts, and the workflow record when "name" is given, in
--- one call (insert_job_graph, 0019): the workflow id (NULL without a name) and the job ids
--- in job order. Column arrays hold one element per job; edges are 0-based job indexes.
-SELECT g.workflow_id, g.job_ids
-  FROM {schema}.insert_job_graph(
-        %(name)s::text, %(types)s::text[], %(payloads)s::text[], %(scope_types)s::text[],
-        %(scope_ids)s::text[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
-        %(max_attempts)s::int[], %(priorities)s::int[], %(tags)s::jsonb,
+-- name: job_graphs_insert
+-- Unkeyed jobs in groups (a workflow each, or one add's jobs), their edges and verdicts,
+-- and a workflow record per named group, in one call (insert_job_graphs, 0021): the
+-- workflow ids by group (NULL for a group without a name) and the job ids in job order.
+-- Column arrays hold one element per job; "groups" the 0-based group of each job; edges
+-- are 0-based job indexes of the call.
+SELECT g.workflow_ids, g.job_ids
+  FROM {schema}.insert_job_graphs(
+        %(names)s::text[], %(groups)s::int[], %(types)s::text[], %(payloads)s::text[],
+        %(scope_types)s::text[], %(scope_ids)s::text[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(max_attempts)s::int[], %(priorities)s::int[], %(tags)s::jsonb,
         %(trace_contexts)s::text[], %(policies)s::text[], %(edge_parents)s::int[],
         %(edge_children)s::int[], %(outside_parents)s::bigint[],
         %(outside_children)s::int[]) g
