@@ -638,6 +638,11 @@ class JobStore(DashboardReads, Protocol):
         """The job's workflow, parents and children (:class:`JobLinks`); an empty
         ``JobLinks()`` for a job without any, or an unknown id. One read."""
 
+    def job_parents_many(self, job_ids: Sequence[str]) -> dict[str, JobLinks]:
+        """The workflow and parents of each of ``job_ids`` that has any, by id, in one read
+        (``children`` are not read: empty): what ``job.parents`` of every job of a claim
+        batch needs. A job without parents or a workflow, or an unknown id, is absent."""
+
     # -- consumer -------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Lease up to the requested number of due jobs, honouring every guard."""

@@ -28,6 +28,7 @@ from golemq_pg.store.port import (
     TypeSlots,
     claim_blocked,
 )
+from golemq_pg.worker.events import ClaimLinks
 from golemq_pg.worker.pool import DEFAULT_CLAIM_CAP
 from golemq_pg.worker.poolclaim import type_slots
 from golemq_pg.worker.runtime import LOG_IDS
@@ -524,6 +525,8 @@ class ClaimLoop(Service):
             else:
                 typed.append(job)
         removed: list[ClaimedJob] = []
+        # One reader of job.parents for the whole claim: the first read fetches every job's.
+        links = ClaimLinks(self.runtime.store, jobs)
         for job_type, typed in by_type.items():
             pool = pools.get(job_type)
             if pool is None:
@@ -542,6 +545,7 @@ class ClaimLoop(Service):
                     continue
                 for job in typed:
                     unit = Unit(pool, (job,), deadline, received)
+                    unit.links = links
                     active[unit.key] = unit
                     put(unit)
             counts[job_type] = len(typed)

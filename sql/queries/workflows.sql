@@ -201,6 +201,25 @@ SELECT (SELECT n.workflow_id FROM {schema}.job_nodes n WHERE n.job_id = %(id)s::
  ORDER BY p.id
 
 
+-- name: job_parents_many
+-- The workflow and the parents (summary columns) of each of the given jobs that has a node
+-- row: one row per parent still existing, or one row with NULL summary columns (a job of a
+-- workflow without parents, or whose parents are gone). Jobs without a node row (no
+-- parents, no workflow) give no row. Each lookup is a descent by id (LATERAL ... LIMIT 1,
+-- see job_links): the node by its key, the edges by job_deps_child_idx, each parent by id.
+SELECT i.id, n.workflow_id, p.*
+  FROM unnest(%(ids)s::bigint[]) AS i(id)
+ CROSS JOIN LATERAL (SELECT o.workflow_id FROM {schema}.job_nodes o
+                      WHERE o.job_id = i.id LIMIT 1) n
+  LEFT JOIN LATERAL (
+        SELECT {fragment_summary_columns}
+          FROM {schema}.job_deps d
+         CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a
+                              WHERE a.id = d.parent_id LIMIT 1) j
+         WHERE d.child_id = i.id
+       ) p ON true
+
+
 -- name: job_nodes_prune
 -- Retention of the graph (job_prune), first step: the node rows of jobs that no longer
 -- exist, outside a workflow or in a workflow created before the cut-off none of whose jobs

@@ -297,6 +297,9 @@ def _graph_prune(store: PostgresStore, conn: psycopg.Connection[Any], _graph: Pa
 READS_BY_ID: dict[str, Callable[[PostgresStore, psycopg.Connection[Any], PartlyRun], bool]] = {
     # job.parents in a handler, and the job page's links: two parents in the history, one live
     "job.parents": lambda s, _c, g: len(s.job_links(g.index).parents) == 3,
+    # job.parents of a claim batch's jobs, read at once
+    "parents of a claim": lambda s, _c, g: len(s.job_parents_many(
+        [g.index, g.extracts[2], g.outside, g.fetch])) == 4,
     "children": lambda s, _c, g: len(s.job_links(g.fetch).children) == 4,
     "job page": lambda s, _c, g: s.job_get(g.extracts[0]) is not None,
     "payload": lambda s, _c, g: s.job_payload(g.fetch) is not None,

@@ -327,6 +327,45 @@ def test_transactional_and_async_handlers_see_their_parents(pg_store: PostgresSt
     assert seen == {"tx": (42, None), "async": (42, None)}
 
 
+def test_handlers_of_one_claim_read_their_parents_in_one_statement(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue(pg_store)
+    parent = add_job(queue, "one.parent", {})
+    assert queue.add_many("one.child", [{"n": n} for n in range(20)], depends_on=[parent]) == 20
+    plain = add_job(queue, "one.plain", {})
+    reads: list[list[str]] = []
+    read_many = pg_store.job_parents_many
+
+    def counted(job_ids: Any) -> Any:
+        reads.append(list(job_ids))
+        return read_many(job_ids)
+
+    monkeypatch.setattr(pg_store, "job_parents_many", counted)
+    seen: dict[str, Any] = {}
+    worker = fast_worker(pg_store)
+    worker.handler("one.parent")(lambda job: {"doc": 7})
+
+    @worker.handler("one.child", concurrency=20)
+    def kid(job: JobEvent[Any]) -> None:
+        seen[job.id] = (job.parents[parent].result, job.workflow_id)
+
+    @worker.handler("one.plain")
+    def alone(job: JobEvent[Any]) -> None:
+        seen[job.id] = dict(job.parents)
+
+    worker.run_until_empty(timeout=30)
+    assert len(seen) == 21
+    assert seen.pop(plain) == {}
+    assert all(value == ({"doc": 7}, None) for value in seen.values())
+    # a read per claim, not per job: the children, released together, are claimed together
+    # (a claim may split them in two on a loaded machine), the plain job's claim is one more
+    children = [r for r in reads if set(r) & set(seen)]
+    assert 1 <= len(children) <= 2, reads
+    assert sorted(j for r in children for j in r if j in seen) == sorted(seen)
+    assert len(reads) <= 3, reads
+
+
 def test_async_queue_adds_and_reads_workflows(
     loop_thread: LoopThread, async_pg_store: AsyncPostgresStore, pg_store: PostgresStore
 ) -> None:

@@ -344,6 +344,17 @@ class WorkflowVerbs:
         with self._lock:
             return self._graph.links(self._jobs, _number(job_id))
 
+    def job_parents_many(self, job_ids: Sequence[str]) -> dict[str, JobLinks]:
+        """The workflow and parents of each job that has any (see the port)."""
+        found: dict[str, JobLinks] = {}
+        with self._lock:
+            for job_id in job_ids:
+                number = _number(job_id)
+                if number in self._graph.nodes:
+                    links = self._graph.links(self._jobs, number)
+                    found[job_id] = JobLinks(workflow_id=links.workflow_id, parents=links.parents)
+        return found
+
 
 def _number(text: object) -> int:
     """A port-level id as an int; -1 (no row, no workflow) when it is not one."""

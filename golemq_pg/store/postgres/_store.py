@@ -239,6 +239,7 @@ class PostgresStore(
     workflow_get = sync_verb(workflows.workflow_get)
     workflow_cancel = sync_verb(workflows.workflow_cancel)
     job_links = sync_verb(workflows.job_links)
+    job_parents_many = sync_verb(workflows.job_parents_many)
 
     # -- consumer ----------------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:

@@ -379,3 +379,26 @@ def job_links(ctx: PlanContext, job_id: str) -> Plan[JobLinks]:
         parents=parents,
         children=tuple(str(c) for c in children or ()),
     )
+
+
+def job_parents_many(ctx: PlanContext, job_ids: Sequence[str]) -> Plan[dict[str, JobLinks]]:
+    """The workflow and parents of each job that has any (see the port): one statement."""
+    numbers = [n for n in (rows.int_id(i) for i in job_ids) if n is not None]
+    if not numbers:
+        return {}
+    found = yield Rows(ctx.queries["job_parents_many"], {"ids": numbers})
+    workflows: dict[str, int | None] = {}
+    parents: dict[str, list[JobSummary]] = {}
+    for row in found:
+        job_id = str(row[0])
+        workflows[job_id] = row[1]
+        mine = parents.setdefault(job_id, [])
+        if row[2] is not None:
+            mine.append(rows.summary(row[2:]))
+    return {
+        job_id: JobLinks(
+            workflow_id=None if workflow is None else str(workflow),
+            parents=tuple(sorted(parents[job_id], key=lambda p: int(p.id))),
+        )
+        for job_id, workflow in workflows.items()
+    }
