@@ -125,16 +125,20 @@ class ClaimLinks:
     The first ``job.parents`` (or ``workflow_id``) read of any job of the batch reads the
     links of every job of it in one statement (``job_parents_many``) and keeps them; each
     later read of a job of the batch is served from that, with no round trip. A batch none
-    of whose handlers reads its parents costs nothing but this object. Parents are read
-    finished: a job is claimed only once its parents have all finished.
+    of whose handlers reads its parents costs nothing but this object. The claim loop may
+    :meth:`prefetch` them off the handlers' path when the batch holds a type whose jobs were
+    found with parents before (``learned``: the types this read finds with links are added
+    to it). Parents are read finished: a job is claimed only once its parents all finished.
     """
 
-    __slots__ = ("_jobs", "_lock", "_read", "_store")
+    __slots__ = ("_jobs", "_learned", "_lock", "_read", "_store")
 
-    def __init__(self, store: ParentsReader, jobs: Sequence[Any]) -> None:
+    def __init__(self, store: ParentsReader, jobs: Sequence[Any],
+                 learned: set[str] | None = None) -> None:
         self._store = store
         #: The claim's jobs (ClaimedJob), not copied: their ids are read at the first read.
         self._jobs = jobs
+        self._learned = learned
         self._lock = threading.Lock()
         self._read: dict[str, JobLinks] | None = None
 
@@ -143,8 +147,24 @@ class ClaimLinks:
         with self._lock:
             read = self._read
             if read is None:
-                read = self._read = self._store.job_parents_many([j.id for j in self._jobs])
+                read = self._fill()
             return read.pop(job_id, None) or JobLinks()
+
+    def prefetch(self) -> None:
+        """Read the batch's links now (the claim loop's helper thread), unless a handler
+        did; a failure is left for a handler's read to meet (and raise) again."""
+        with self._lock:
+            if self._read is None:
+                try:
+                    self._fill()
+                except Exception:  # noqa: BLE001 - the handler's own read reports it
+                    return
+
+    def _fill(self) -> dict[str, JobLinks]:
+        read = self._read = self._store.job_parents_many([j.id for j in self._jobs])
+        if self._learned is not None and read:
+            self._learned.update(j.type for j in self._jobs if j.id in read)
+        return read
 
 
 class JobEvent(Generic[P]):
