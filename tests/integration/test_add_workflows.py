@@ -1,11 +1,13 @@
 """Adding many workflows at once (``Queue.add_workflows`` / ``AsyncQueue.add_workflows``) on
 PostgreSQL: ids in order, one statement whatever their number, the caller's transaction,
-and bad input refused before any write."""
+bad input refused before any write, and the previous release's one-workflow call
+(0019's insert_job_graph, now a wrapper) during a rolling upgrade."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from golemq_pg import AsyncPostgresStore, AsyncQueue, JobStatus, PostgresStore, Queue, Workflow
 from tests.support.async_bridge import LoopThread
@@ -100,3 +102,26 @@ def test_async_queue_adds_many_workflows(
     assert summary is not None
     assert summary.name == "b"
     assert Queue(pg_store).count_by_status()[JobStatus.WAITING] == 4
+
+
+def test_the_previous_releases_one_workflow_call_still_writes_a_workflow(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
+    # what a worker of the release before migration 0021 sends (0019's insert_job_graph):
+    # a -> b, one workflow, during a rolling upgrade
+    queue = Queue(pg_store)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        found = conn.execute(
+            sql.SQL("SELECT g.workflow_id, g.job_ids FROM {}.insert_job_graph("
+                    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) g").format(
+                sql.Identifier(pg_store.schema)),
+            ["old", ["old.a", "old.b"], ["{}", "{}"], [None, None], [None, None], [None, None],
+             [0.0, 0.0], [3, 3], [0, 0], None, [None, None], ["fail", "fail"], [0], [1], [],
+             []]).fetchone()
+    assert found is not None
+    workflow_id, (a, b) = found
+    summary = queue.workflow(str(workflow_id))
+    assert summary is not None
+    assert summary.name == "old"
+    assert summary.edges == [(str(a), str(b))]
+    assert [j.status for j in summary.jobs] == [JobStatus.PENDING, JobStatus.WAITING]
