@@ -202,22 +202,29 @@ SELECT (SELECT n.workflow_id FROM {schema}.job_nodes n WHERE n.job_id = %(id)s::
 
 
 -- name: job_parents_many
--- The workflow and the parents (summary columns) of each of the given jobs that has a node
--- row: one row per parent still existing, or one row with NULL summary columns (a job of a
--- workflow without parents, or whose parents are gone). Jobs without a node row (no
--- parents, no workflow) give no row. Each lookup is a descent by id (LATERAL ... LIMIT 1,
--- see job_links): the node by its key, the edges by job_deps_child_idx, each parent by id.
-SELECT i.id, n.workflow_id, p.*
-  FROM unnest(%(ids)s::bigint[]) AS i(id)
- CROSS JOIN LATERAL (SELECT o.workflow_id FROM {schema}.job_nodes o
-                      WHERE o.job_id = i.id LIMIT 1) n
-  LEFT JOIN LATERAL (
-        SELECT {fragment_summary_columns}
-          FROM {schema}.job_deps d
-         CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a
-                              WHERE a.id = d.parent_id LIMIT 1) j
-         WHERE d.child_id = i.id
-       ) p ON true
+-- The workflow and parents of each of the given jobs that has a node row (jobs without one
+-- have no parents and no workflow: no row): one "edge" row per job and parent (parent NULL
+-- for a job without parents), then one "parent" row per distinct parent still existing,
+-- with its summary columns: a parent shared by the jobs of a claim (a fan-out's) is read
+-- once. Each lookup is a descent by id (LATERAL ... LIMIT 1, see job_links): the node by
+-- its key, the edges by job_deps_child_idx (an ARRAY() subquery per job, which cannot be
+-- flattened into a join the planner may make a scan of every edge), each parent by id.
+WITH edges AS MATERIALIZED (
+    SELECT i.id AS child_id, n.workflow_id, d.parent_id
+      FROM unnest(%(ids)s::bigint[]) AS i(id)
+     CROSS JOIN LATERAL (SELECT o.workflow_id FROM {schema}.job_nodes o
+                          WHERE o.job_id = i.id LIMIT 1) n
+      LEFT JOIN LATERAL unnest(ARRAY(SELECT e.parent_id FROM {schema}.job_deps e
+                                      WHERE e.child_id = i.id)) AS d(parent_id) ON true
+)
+SELECT 'edge' AS kind, e.child_id, e.workflow_id, e.parent_id,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+  FROM edges e
+UNION ALL
+SELECT 'parent', NULL, NULL, NULL, {fragment_summary_columns}
+  FROM (SELECT DISTINCT e.parent_id FROM edges e WHERE e.parent_id IS NOT NULL) p
+ CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a WHERE a.id = p.parent_id LIMIT 1) j
 
 
 -- name: job_nodes_prune

@@ -382,19 +382,24 @@ def job_links(ctx: PlanContext, job_id: str) -> Plan[JobLinks]:
 
 
 def job_parents_many(ctx: PlanContext, job_ids: Sequence[str]) -> Plan[dict[str, JobLinks]]:
-    """The workflow and parents of each job that has any (see the port): one statement."""
+    """The workflow and parents of each job that has any (see the port): one statement,
+    each parent read once however many of the jobs share it."""
     numbers = [n for n in (rows.int_id(i) for i in job_ids) if n is not None]
     if not numbers:
         return {}
     found = yield Rows(ctx.queries["job_parents_many"], {"ids": numbers})
+    summaries = {row[4]: rows.summary(row[4:]) for row in found if row[0] == "parent"}
     workflows: dict[str, int | None] = {}
     parents: dict[str, list[JobSummary]] = {}
     for row in found:
-        job_id = str(row[0])
-        workflows[job_id] = row[1]
+        if row[0] != "edge":
+            continue
+        job_id = str(row[1])
+        workflows[job_id] = row[2]
         mine = parents.setdefault(job_id, [])
-        if row[2] is not None:
-            mine.append(rows.summary(row[2:]))
+        summary = summaries.get(row[3])
+        if summary is not None:  # NULL: no parents; absent: a parent gone
+            mine.append(summary)
     return {
         job_id: JobLinks(
             workflow_id=None if workflow is None else str(workflow),
