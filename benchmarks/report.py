@@ -507,6 +507,8 @@ def _after_vacuum_targets(outcomes: list[Outcome], checks: _Checks) -> None:
 
 #: Where the workflow targets come from.
 WORKFLOW_SOURCE = "issue 42"
+#: Where the targets of add_workflows, job.parents and the history come from.
+WORKFLOW_SPEED_SOURCE = "issue 56"
 
 
 def _per_run(outcome: Outcome, key: str) -> list[float | None]:
@@ -528,6 +530,7 @@ def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
             checks.ratio(f"workflows within 1.5x the time of {label}", WORKFLOW_SOURCE,
                          f"{m['seconds']:.2f} s vs {plain.median()['seconds']:.2f} s",
                          paired_runs(plain, flow), "the plain time", at_most=1.5)
+    _workflow_speed_targets(outcomes, checks, flow)
     # Chancy's best configuration per run (its default flush and the shorter one).
     chancy = [o for o in outcomes if o.scenario.name == "workflow"
               and o.system.name == "chancy" and _ok(o)]
@@ -553,6 +556,24 @@ def _workflow_targets(outcomes: list[Outcome], checks: _Checks) -> None:
                      f"chain p50 {m['chain_p50_ms']:.2f} ms, idle pickup p50 "
                      f"{m['idle_p50_ms']:.2f} ms",
                      pairs, "idle pickup", at_most=2.0)
+
+
+def _workflow_speed_targets(outcomes: list[Outcome], checks: _Checks, flow: Outcome) -> None:
+    """One add_workflow call per workflow against the plain drain, and job.parents beside a
+    big history against an empty one (times: jobs/s the other way round)."""
+    drain = _find(outcomes, "workflow", "golemq-pg", "plain-drain")
+    each = _find(outcomes, "workflow", "golemq-pg", "workflow-each")
+    if drain and each:
+        checks.ratio("workflows added one add_workflow call each within 3x the time of the "
+                     "same jobs' plain drain", WORKFLOW_SPEED_SOURCE,
+                     f"{each.median()['seconds']:.2f} s vs {drain.median()['seconds']:.2f} s",
+                     paired_runs(drain, each), "the plain time", at_most=3.0)
+    history = _find(outcomes, "workflow", "golemq-pg", "workflow-history")
+    if history:
+        checks.ratio("workflows reading job.parents beside 1M finished rows within 1.2x the "
+                     "time beside an empty history", WORKFLOW_SPEED_SOURCE,
+                     f"{history.median()['seconds']:.2f} s vs {flow.median()['seconds']:.2f} s",
+                     paired_runs(flow, history), "the empty history's time", at_most=1.2)
 
 
 def load_outcomes(doc: dict[str, Any]) -> list[Outcome]:

@@ -13,5 +13,6 @@ pytest_plugins = [
     # pytester: the tests of golemq_pg.pytest_plugin run a user's test file.
     "pytester",
     "tests.plugins.pgbouncer",
+    "tests.plugins.plans",
     "tests.plugins.web",
 ]

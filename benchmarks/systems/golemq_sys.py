@@ -26,6 +26,7 @@ from benchmarks.systems.base import (
     wait_until,
 )
 from benchmarks.systems.workflow import (
+    EXTRACTS,
     JOBS_PER_WORKFLOW,
     PRODUCERS,
     WORKFLOW_SHAPE,
@@ -186,14 +187,25 @@ def _idle_chain(queue: Any, chain: _ChainProbe) -> None:
     time.sleep(0.1)  # idle again before the workflows
 
 
-def _add_concurrently(queue: Any, graphs: list[Any]) -> None:
-    """``queue.add_workflow`` of every graph from PRODUCERS threads at once."""
+#: The parents each workflow step reads (the fetch reads none).
+PARENTS = {"wf.extract": 1, "wf.index": EXTRACTS}
+#: Workflows per ``queue.add_workflows`` call in the scenario's add_workflows variants.
+WORKFLOW_CHUNK = 100
+
+
+def _add_concurrently(queue: Any, graphs: list[Any], chunk: int | None) -> None:
+    """Add every graph from PRODUCERS threads at once: ``queue.add_workflows`` of ``chunk``
+    graphs a call, or (``chunk`` None) ``queue.add_workflow`` of each."""
     failures: list[BaseException] = []
 
     def produce(part: list[Any]) -> None:
         try:
-            for wf in part:
-                queue.add_workflow(wf)
+            if chunk is None:
+                for wf in part:
+                    queue.add_workflow(wf)
+            else:
+                for start in range(0, len(part), chunk):
+                    queue.add_workflows(part[start:start + chunk])
         except BaseException as exc:
             failures.append(exc)
 
@@ -356,12 +368,22 @@ class GolemqSystem(System):
         if scenario == "after-vacuum":
             return self._after_vacuum_variants(default, {**base, **features})
         if scenario == "workflow":
-            # The same 24,000 jobs (at full size) three ways: as workflows (Workflow +
-            # queue.add_workflow), as plain jobs added while the worker runs (the same clock:
-            # first add to last handler), and as a plain backlog drained (the drain
+            # The same 24,000 jobs (at full size) as workflows, added with add_workflows in
+            # chunks of WORKFLOW_CHUNK and with add_workflow one at a time, the extract and
+            # index handlers reading job.parents (as users do) or not, beside an empty
+            # history or a big one; as plain jobs added while the worker runs (the same
+            # clock: first add to last handler); and as a plain backlog drained (the drain
             # scenario's clock: run_until_empty only).
-            return [Variant(self.name, "workflow", "golemq-pg workflows (add_workflow)",
-                            {**base, "mode": "workflow"}),
+            read = {**base, "mode": "workflow", "chunk": WORKFLOW_CHUNK, "read": True}
+            return [Variant(self.name, "workflow", "golemq-pg workflows (add_workflows x"
+                            f"{WORKFLOW_CHUNK}, job.parents read)", read),
+                    Variant(self.name, "workflow-no-read", "golemq-pg workflows (add_workflows "
+                            f"x{WORKFLOW_CHUNK}, job.parents not read)", {**read, "read": False}),
+                    Variant(self.name, "workflow-each", "golemq-pg workflows (add_workflow "
+                            "each, job.parents read)", {**read, "chunk": None}),
+                    Variant(self.name, "workflow-history", "golemq-pg workflows (add_workflows "
+                            f"x{WORKFLOW_CHUNK}, job.parents read), 1M finished rows of history",
+                            {**read, "history": True}),
                     Variant(self.name, "plain", "golemq-pg the same jobs without "
                             "dependencies (add_many while the worker runs)",
                             {**base, "mode": "plain"}),
@@ -638,7 +660,8 @@ class GolemqSystem(System):
                          pickup: LatencyProbe | None = None,
                          chain: _ChainProbe | None = None) -> Any:
         """A worker with a no-op handler per workflow job type (and, with ``pickup``, the
-        plain no-op whose commit -> start latency it records)."""
+        plain no-op whose commit -> start latency it records); with the variant's ``read``,
+        the extract and index handlers read ``job.parents`` and check their number."""
         worker_cls = _api()[2]
         from golemq_pg.worker import runtime  # noqa: PLC0415 - see _worker
 
@@ -649,6 +672,14 @@ class GolemqSystem(System):
 
         def step(job: Any) -> None:
             probe.record(job.payload)
+
+        def step_reading(job: Any) -> None:
+            if job.type != "wf.fetch" and len(job.parents) != PARENTS[job.type]:
+                raise RuntimeError(f"job {job.id} read {len(job.parents)} parents")
+            probe.record(job.payload)
+
+        if opts.get("read"):
+            step = step_reading
 
         for job_type in sorted({step_type(node) for node, _parents in WORKFLOW_SHAPE}):
             worker.handler(job_type, concurrency=opts["concurrency"])(step)
@@ -669,11 +700,14 @@ class GolemqSystem(System):
         plain = {t: [{"wf": w, "node": node} for w in range(count)
                      for node, _parents in WORKFLOW_SHAPE if step_type(node) == t]
                  for t in sorted({step_type(node) for node, _parents in WORKFLOW_SHAPE})}
-        pickup = LatencyProbe(IDLE_PROBES) if mode == "workflow" else None
-        chain = _ChainProbe(IDLE_PROBES) if mode == "workflow" else None
+        # the idle probes: once per run, beside the main variant
+        first = variant.key == "workflow"
+        pickup = LatencyProbe(IDLE_PROBES) if first else None
+        chain = _ChainProbe(IDLE_PROBES) if first else None
         with self._store(box, min_size=WARM_CONNECTIONS) as store:
             store.pool.wait()
             queue = queue_cls(store)
+            history = queue.count_by_status()[_succeeded()]  # rows loaded before (not timed)
             worker = self._workflow_worker(store, variant, probe, pickup, chain)
             if mode == "drain":
                 for job_type, payloads in plain.items():  # the backlog, not timed
@@ -692,7 +726,7 @@ class GolemqSystem(System):
                         _idle_chain(queue, chain)
                     started = time.perf_counter()
                     if mode == "workflow":
-                        _add_concurrently(queue, graphs)
+                        _add_concurrently(queue, graphs, variant.options["chunk"])
                     else:
                         for job_type, payloads in plain.items():
                             queue.add_many(job_type, payloads)
@@ -701,7 +735,7 @@ class GolemqSystem(System):
                     elapsed = time.perf_counter() - started
                 finally:
                     worker.stop()
-            succeeded = queue.count_by_status()[_succeeded()]
+            succeeded = queue.count_by_status()[_succeeded()] - history
             chained = chain.latencies(queue) if chain is not None else None
         # the idle probes' jobs (single jobs, two-job chains) succeeded too
         expected = jobs + (3 * IDLE_PROBES if pickup is not None else 0)

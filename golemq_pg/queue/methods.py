@@ -28,6 +28,7 @@ class QueueMethods:
     delete = QueueMethod(control.delete)
     # -- workflows
     add_workflow = QueueMethod(plans.add_workflow)
+    add_workflows = QueueMethod(plans.add_workflows)
     workflow = QueueMethod(plans.workflow)
     # -- inspection and administration
     get = QueueMethod(plans.get)

@@ -64,10 +64,12 @@ from golemq_pg.store.port import (
     EnqueueResult,
     FindParams,
     ScheduleParams,
+    WorkflowCreated,
     WorkflowJobParams,
     WorkflowParams,
 )
 from golemq_pg.workflow import (
+    MAX_WORKFLOW_JOBS,
     JobSpec,
     Workflow,
     check_depends_on,
@@ -312,26 +314,72 @@ def add_workflow(
     for ``add``. With ``connection`` the workflow commits (or rolls back) with the
     caller's transaction. A job rejected as a duplicate (``on_duplicate="reject"`` with
     its key held) fails the whole call with ``ValueError``, writing nothing. An empty
-    workflow raises ``ValueError``.
+    workflow raises ``ValueError``. Many workflows at once: :meth:`add_workflows`.
     """
     if not isinstance(workflow, Workflow):
         raise ValueError("add_workflow() takes a Workflow")
-    jobs = workflow.jobs
-    if not jobs:
+    if not workflow.jobs:
         raise ValueError("the workflow has no jobs")
-    params = WorkflowParams(
+    created = yield from calls.workflow_create(_workflow_params(q, workflow),
+                                               connection=connection)
+    _announce_workflow(q, workflow, created)
+    return WorkflowRun(created.id, {
+        job.node: job_id for job, job_id in zip(workflow.jobs, created.job_ids, strict=True)})
+
+
+def add_workflows(
+    q: QueueCore[Any], workflows: Sequence[Workflow], *, connection: Any = None
+) -> QueuePlan[list[str]]:
+    """Add many workflows at once, atomically: every job of every workflow, or nothing;
+    returns the workflows' ids, in order (``queue.workflow(id)`` reads one back).
+
+    Each workflow is written as :meth:`add_workflow` writes it; workflows whose jobs have
+    no ``dedupe_key`` are written together in one statement, whatever their number (the
+    fast way to add thousands). With ``connection`` they commit (or roll back) with the
+    caller's transaction. An empty list returns ``[]``. ``ValueError``, before any write:
+    an item that is not a :class:`~golemq_pg.Workflow`, the same ``Workflow`` object twice,
+    a workflow without jobs, more than 10,000 jobs in all (as one workflow may hold); and,
+    writing nothing, a job rejected as a duplicate or a ``depends_on`` naming no job.
+    """
+    if isinstance(workflows, Workflow) or not isinstance(workflows, Sequence):
+        raise ValueError("add_workflows() takes a list of Workflow objects")
+    seen: set[int] = set()
+    total = 0
+    for number, workflow in enumerate(workflows):
+        if not isinstance(workflow, Workflow):
+            raise ValueError(f"add_workflows(): item {number} is not a Workflow")
+        if id(workflow) in seen:
+            raise ValueError(f"add_workflows(): item {number} is a Workflow given twice")
+        seen.add(id(workflow))
+        if not workflow.jobs:
+            raise ValueError(f"add_workflows(): workflow {number} has no jobs")
+        total += len(workflow.jobs)
+    if total > MAX_WORKFLOW_JOBS:
+        raise ValueError(f"add_workflows() writes at most {MAX_WORKFLOW_JOBS} jobs in one call "
+                         f"({total} given): split the list")
+    if not workflows:
+        return []
+    created = yield from calls.workflow_create_many(
+        [_workflow_params(q, workflow) for workflow in workflows], connection=connection)
+    for workflow, one in zip(workflows, created, strict=True):
+        _announce_workflow(q, workflow, one)
+    return [one.id for one in created]
+
+
+def _workflow_params(q: QueueCore[Any], workflow: Workflow) -> WorkflowParams:
+    return WorkflowParams(
         name=workflow.name,
         jobs=tuple(
-            WorkflowJobParams(_enqueue_params(q, job.spec, ()), job.after) for job in jobs
+            WorkflowJobParams(_enqueue_params(q, job.spec, ()), job.after)
+            for job in workflow.jobs
         ),
     )
-    created = yield from calls.workflow_create(params, connection=connection)
+
+
+def _announce_workflow(q: QueueCore[Any], workflow: Workflow, created: WorkflowCreated) -> None:
     if q.observers:
-        for job, job_id in zip(jobs, created.job_ids, strict=True):
+        for job, job_id in zip(workflow.jobs, created.job_ids, strict=True):
             q._notify(Transition(job_id, job.spec.type, job.spec.scope, "enqueued", 0))
-    return WorkflowRun(
-        created.id, {job.node: job_id for job, job_id in zip(jobs, created.job_ids, strict=True)}
-    )
 
 
 def workflow(q: QueueCore[Any], workflow_id: str) -> QueuePlan[WorkflowSummary | None]:

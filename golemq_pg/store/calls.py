@@ -123,6 +123,16 @@ def workflow_create(
     )
 
 
+def workflow_create_many(
+    params: Sequence[WorkflowParams], *, connection: Any = None
+) -> StoreCall[list[WorkflowCreated]]:
+    """``workflow_create_many(params, connection=connection)``."""
+    return StoreCall(
+        lambda s: s.workflow_create_many(params, connection=connection),
+        lambda s: s.workflow_create_many(params, connection=connection),
+    )
+
+
 def workflow_get(workflow_id: str) -> StoreCall[WorkflowSummary | None]:
     """``workflow_get(workflow_id)``."""
     return StoreCall(lambda s: s.workflow_get(workflow_id), lambda s: s.workflow_get(workflow_id))

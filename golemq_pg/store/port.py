@@ -618,6 +618,15 @@ class JobStore(DashboardReads, Protocol):
         (and keeps its own parents). An ``after`` index not smaller than the job's own:
         ``ValueError``. Returns the workflow id and the job ids by index."""
 
+    def workflow_create_many(
+        self, params: Sequence[WorkflowParams], *, connection: Any = None
+    ) -> list[WorkflowCreated]:
+        """:meth:`workflow_create` of each workflow, in order, all in one transaction (with
+        ``connection``: inside the caller's, never committing): every workflow written or
+        none. Returns what each wrote, in order; ``[]`` for no workflows. A workflow
+        without jobs, or an ``after`` index not smaller than the job's own, raises
+        ``ValueError`` naming the workflow's position (``workflow N``) before any write."""
+
     def workflow_get(self, workflow_id: str) -> WorkflowSummary | None:
         """A workflow (see :class:`~golemq_pg.WorkflowSummary`), or None when unknown
         (never created, or pruned). ``status``: "cancelled" once ``workflow_cancel`` ran;
@@ -639,6 +648,11 @@ class JobStore(DashboardReads, Protocol):
     def job_links(self, job_id: str) -> JobLinks:
         """The job's workflow, parents and children (:class:`JobLinks`); an empty
         ``JobLinks()`` for a job without any, or an unknown id. One read."""
+
+    def job_parents_many(self, job_ids: Sequence[str]) -> dict[str, JobLinks]:
+        """The workflow and parents of each of ``job_ids`` that has any, by id, in one read
+        (``children`` are not read: empty): what ``job.parents`` of every job of a claim
+        batch needs. A job without parents or a workflow, or an unknown id, is absent."""
 
     # -- consumer -------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:

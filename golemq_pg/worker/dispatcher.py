@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -28,6 +29,7 @@ from golemq_pg.store.port import (
     TypeSlots,
     claim_blocked,
 )
+from golemq_pg.worker.events import ClaimLinks
 from golemq_pg.worker.pool import DEFAULT_CLAIM_CAP
 from golemq_pg.worker.poolclaim import type_slots
 from golemq_pg.worker.runtime import LOG_IDS
@@ -162,6 +164,10 @@ class ClaimLoop(Service):
         self._turn = threading.Lock()
         #: Set when a stop stopped waiting for the claim in flight (see :meth:`stop`).
         self._given_up = False
+        #: Types whose jobs a job.parents read found with parents: a claim holding one has
+        #: its links read ahead (ClaimLinks.prefetch) on a helper thread made on first use.
+        self._parent_types: set[str] = set()
+        self._prefetcher: ThreadPoolExecutor | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def stop(self, timeout: float | None = None) -> None:
@@ -170,6 +176,8 @@ class ClaimLoop(Service):
         super().stop(timeout)
         if self._turn.acquire(timeout=-1 if timeout is None else timeout):
             self._turn.release()
+            if self._prefetcher is not None:  # no claim can submit to it any more
+                self._prefetcher.shutdown(wait=True, cancel_futures=True)
         else:
             # The claim is stuck (a database that is down: the pool's connection timeout);
             # shutdown moves on, and whatever it leases after all is given back at once.
@@ -524,6 +532,8 @@ class ClaimLoop(Service):
             else:
                 typed.append(job)
         removed: list[ClaimedJob] = []
+        # One reader of job.parents for the whole claim: the first read fetches every job's.
+        links = ClaimLinks(self.runtime.store, jobs, self._parent_types)
         for job_type, typed in by_type.items():
             pool = pools.get(job_type)
             if pool is None:
@@ -542,6 +552,7 @@ class ClaimLoop(Service):
                     continue
                 for job in typed:
                     unit = Unit(pool, (job,), deadline, received)
+                    unit.links = links
                     active[unit.key] = unit
                     put(unit)
             counts[job_type] = len(typed)
@@ -560,11 +571,26 @@ class ClaimLoop(Service):
                 pool.active[unit.key] = unit
                 pool.buffer.put(unit)
             counts[job_type] = counts.get(job_type, 0) + 1
+        if self._parent_types and not self._parent_types.isdisjoint(by_type):
+            self._read_ahead(links)
         if strays:
             self._release_strays(strays)
         if removed:
             self._release_strays(removed, late=True)
         return counts
+
+    def _read_ahead(self, links: ClaimLinks) -> None:
+        """Read a claim's links on the helper thread while its jobs wait in the buffers:
+        their handlers then find them read (off the handlers' path: measured, the read
+        at the first handler stalled every slot of the batch for its round trip)."""
+        prefetcher = self._prefetcher
+        if prefetcher is None:
+            prefetcher = self._prefetcher = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="golemq-parents")
+        try:
+            prefetcher.submit(links.prefetch)
+        except RuntimeError:  # shut down by a stop meanwhile: the handlers read themselves
+            return
 
     def _release_strays(self, strays: list[ClaimedJob], *, late: bool = False) -> None:
         """Give back jobs nobody will run: types nobody asked for (a store bug), or

@@ -131,7 +131,7 @@ class Executor:
                 jobs=[claimed_event(job, signal, reporter) for job in unit.jobs],
                 attempt=unit.attempt, signal=signal,
             )
-        return claimed_event(unit.jobs[0], signal, reporter)
+        return claimed_event(unit.jobs[0], signal, reporter, unit.links)
 
     def ended(
         self, pool: SlotPool, unit: Unit, result: object, error: BaseException | None

@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Protocol
 
 from golemq_pg.store.port import ClaimedJob, LeaseRef
-from golemq_pg.worker.events import CancelSignal
+from golemq_pg.worker.events import CancelSignal, LinkReader
 
 if TYPE_CHECKING:
     from golemq_pg.worker.handlers import HandlerSpec
@@ -91,6 +91,7 @@ class Unit:
         "jobs",
         "key",
         "lease_deadline",
+        "links",
         "pool",
         "result",
         "settled",
@@ -129,6 +130,9 @@ class Unit:
         self.claimed_at = claimed_at
         #: The handler's return value, encoded, to store as the job's result (None: none).
         self.result: bytes | None = None
+        #: Where its handler's ``job.parents`` are read: its claim batch's ClaimLinks (None:
+        #: one read of its own).
+        self.links: LinkReader | None = None
         #: Transactional units: monotonic time past which their open transaction is
         #: reported as slow (``transaction_warning``; None: not watched, or reported).
         self.warn_at: float | None = None

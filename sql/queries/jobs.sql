@@ -180,10 +180,13 @@ SELECT {fragment_summary_columns}
 
 -- name: job_get_many
 -- The jobs among these ids that exist (any order): queue.wait()'s listener checks every
--- waited job with this one statement, a missing id meaning the job was deleted.
+-- waited job with this one statement, a missing id meaning the job was deleted. Each id is
+-- one LATERAL ... LIMIT 1 descent of each table's id index (see job_links, workflows.sql):
+-- "id = ANY" of an array of unknown length was planned as a scan of every job on tables
+-- without statistics.
 SELECT {fragment_summary_columns}
-  FROM {schema}.jobs_all j
- WHERE j.id = ANY(%(ids)s::bigint[])
+  FROM unnest(%(ids)s::bigint[]) AS i(id)
+ CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a WHERE a.id = i.id LIMIT 1) j
 
 
 -- name: job_find

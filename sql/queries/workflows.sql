@@ -5,16 +5,20 @@
 --
 -- A job with parents is inserted WAITING, then link_jobs() (0016) records its edges, marks
 -- and locks its live parents and judges it at once (pending, waiting, failed or cancelled),
--- all in the add's transaction. Unkeyed jobs are written by one call of insert_job_graph()
--- (0019, job_graph_insert below), a whole workflow included.
+-- all in the add's transaction. Unkeyed jobs are written by one call of insert_job_graphs()
+-- (0021, job_graphs_insert below), whole workflows included, several at once.
 
 
 -- name: job_parents_missing
 -- The ids among the parents that name no job, live or finished: checked before any write,
--- so an add naming one writes nothing (link_jobs checks again under its locks).
+-- so an add naming one writes nothing (link_jobs checks again under its locks). Each id is
+-- looked up by a LATERAL ... LIMIT 1 (a descent of each table's id index, see job_links):
+-- a NOT EXISTS was planned as an anti-join over a scan of every job.
 SELECT p.id
   FROM unnest(%(ids)s::bigint[]) AS p(id)
- WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = p.id)
+  LEFT JOIN LATERAL (SELECT a.id FROM {schema}.jobs_all a WHERE a.id = p.id LIMIT 1) a
+         ON true
+ WHERE a.id IS NULL
  ORDER BY p.id
 
 
@@ -97,15 +101,17 @@ SELECT l.id, l.status
                           %(workflow)s::bigint) l
 
 
--- name: job_graph_insert
--- Unkeyed jobs, their edges and verdicts, and the workflow record when "name" is given, in
--- one call (insert_job_graph, 0019): the workflow id (NULL without a name) and the job ids
--- in job order. Column arrays hold one element per job; edges are 0-based job indexes.
-SELECT g.workflow_id, g.job_ids
-  FROM {schema}.insert_job_graph(
-        %(name)s::text, %(types)s::text[], %(payloads)s::text[], %(scope_types)s::text[],
-        %(scope_ids)s::text[], %(run_ats)s::timestamptz[], %(delays)s::float8[],
-        %(max_attempts)s::int[], %(priorities)s::int[], %(tags)s::jsonb,
+-- name: job_graphs_insert
+-- Unkeyed jobs in groups (a workflow each, or one add's jobs), their edges and verdicts,
+-- and a workflow record per named group, in one call (insert_job_graphs, 0021): the
+-- workflow ids by group (NULL for a group without a name) and the job ids in job order.
+-- Column arrays hold one element per job; "groups" the 0-based group of each job; edges
+-- are 0-based job indexes of the call.
+SELECT g.workflow_ids, g.job_ids
+  FROM {schema}.insert_job_graphs(
+        %(names)s::text[], %(groups)s::int[], %(types)s::text[], %(payloads)s::text[],
+        %(scope_types)s::text[], %(scope_ids)s::text[], %(run_ats)s::timestamptz[],
+        %(delays)s::float8[], %(max_attempts)s::int[], %(priorities)s::int[], %(tags)s::jsonb,
         %(trace_contexts)s::text[], %(policies)s::text[], %(edge_parents)s::int[],
         %(edge_children)s::int[], %(outside_parents)s::bigint[],
         %(outside_children)s::int[]) g
@@ -118,25 +124,30 @@ INSERT INTO {schema}.workflows (name) VALUES (%(name)s::text) RETURNING id
 -- name: workflow_get
 -- A workflow's record, its jobs still existing (live or finished) and its edges, in one
 -- statement: the record's columns on every row, then a job's summary columns (NULL on edge
--- rows) or an edge (parent, child).
+-- rows) or an edge (parent, child). The members come from job_nodes' workflow index; each
+-- member's job, and each edge's parent node, is then one LATERAL ... LIMIT 1 descent by id
+-- (see job_links), never a join the planner may turn into a scan of every job.
 WITH wf AS (
     SELECT w.id, w.name, w.created_at, w.cancelled_at
       FROM {schema}.workflows w WHERE w.id = %(id)s::bigint
 ),
-members AS (
+members AS MATERIALIZED (
     SELECT n.job_id FROM {schema}.job_nodes n WHERE n.workflow_id = %(id)s::bigint
 )
 SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'job' AS kind,
        NULL::bigint AS parent_id, NULL::bigint AS child_id, {fragment_summary_columns}
   FROM wf
-  JOIN {schema}.jobs_all j ON j.id IN (SELECT m.job_id FROM members m)
+ CROSS JOIN members m
+ CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a WHERE a.id = m.job_id LIMIT 1) j
 UNION ALL
 SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'edge', d.parent_id, d.child_id,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
   FROM wf
-  JOIN {schema}.job_deps d ON d.child_id IN (SELECT m.job_id FROM members m)
-                          AND d.parent_id IN (SELECT m.job_id FROM members m)
+ CROSS JOIN members m
+  JOIN {schema}.job_deps d ON d.child_id = m.job_id
+ CROSS JOIN LATERAL (SELECT 1 FROM {schema}.job_nodes o
+                      WHERE o.job_id = d.parent_id AND o.workflow_id = wf.id LIMIT 1) o
 UNION ALL
 SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'record', NULL, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
@@ -145,12 +156,14 @@ SELECT wf.id, wf.name, wf.created_at, wf.cancelled_at, 'record', NULL, NULL,
 
 
 -- name: workflow_members_live
--- The live jobs of a workflow (workflow_cancel cancels them).
+-- The live jobs of a workflow (workflow_cancel cancels them): each member probed by id
+-- (LATERAL ... LIMIT 1, see job_links).
 SELECT j.id
-  FROM {schema}.jobs j
- WHERE j.id IN (SELECT n.job_id FROM {schema}.job_nodes n
-                 WHERE n.workflow_id = %(id)s::bigint)
-   AND j.status IN ('waiting', 'pending', 'running')
+  FROM {schema}.job_nodes n
+ CROSS JOIN LATERAL (SELECT l.id FROM {schema}.jobs l
+                      WHERE l.id = n.job_id AND l.status IN ('waiting', 'pending', 'running')
+                      LIMIT 1) j
+ WHERE n.workflow_id = %(id)s::bigint
  ORDER BY j.id
 
 
@@ -163,38 +176,84 @@ RETURNING w.id
 -- name: job_links
 -- A job's links in one statement: its workflow and children (on every row), and one row
 -- per parent that still exists with its summary columns (one row of NULLs when none).
+-- The edges are read by job_deps' keys, then each job by its id in a LATERAL subquery that
+-- stops at the first row (LIMIT 1: it cannot be flattened into a join): a descent of the
+-- primary key of `jobs` and of the id index of each history partition per edge, whatever
+-- the statistics say. An IN or a join of the jobs with the edges was planned, on tables
+-- without statistics, as a scan of every job, live and finished, per read (job.parents in
+-- each handler: O(jobs)). A partition that was empty when the statement was planned may be
+-- read by a sequential scan (of nothing); a later ANALYZE of it replans.
 SELECT (SELECT n.workflow_id FROM {schema}.job_nodes n WHERE n.job_id = %(id)s::bigint),
-       ARRAY(SELECT d.child_id FROM {schema}.job_deps d
+       ARRAY(SELECT d.child_id
+               FROM {schema}.job_deps d
+              CROSS JOIN LATERAL (SELECT c.id FROM {schema}.jobs_all c
+                                   WHERE c.id = d.child_id LIMIT 1) c
               WHERE d.parent_id = %(id)s::bigint
-                AND EXISTS (SELECT 1 FROM {schema}.jobs_all c WHERE c.id = d.child_id)
               ORDER BY d.child_id),
        p.*
   FROM (SELECT 1) one
   LEFT JOIN LATERAL (
         SELECT {fragment_summary_columns}
-          FROM {schema}.jobs_all j
-         WHERE j.id IN (SELECT d.parent_id FROM {schema}.job_deps d
-                         WHERE d.child_id = %(id)s::bigint)
+          FROM {schema}.job_deps d
+         CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a
+                              WHERE a.id = d.parent_id LIMIT 1) j
+         WHERE d.child_id = %(id)s::bigint
        ) p ON true
  ORDER BY p.id
+
+
+-- name: job_parents_many
+-- The workflow and parents of each of the given jobs that has a node row (jobs without one
+-- have no parents and no workflow: no row): one "edge" row per job and parent (parent NULL
+-- for a job without parents), then one "parent" row per distinct parent still existing,
+-- with its summary columns: a parent shared by the jobs of a claim (a fan-out's) is read
+-- once. Each lookup is a descent by id (LATERAL ... LIMIT 1, see job_links): the node by
+-- its key, the edges by job_deps_child_idx (an ARRAY() subquery per job, which cannot be
+-- flattened into a join the planner may make a scan of every edge), each parent by id.
+WITH edges AS MATERIALIZED (
+    SELECT i.id AS child_id, n.workflow_id, d.parent_id
+      FROM unnest(%(ids)s::bigint[]) AS i(id)
+     CROSS JOIN LATERAL (SELECT o.workflow_id FROM {schema}.job_nodes o
+                          WHERE o.job_id = i.id LIMIT 1) n
+      LEFT JOIN LATERAL unnest(ARRAY(SELECT e.parent_id FROM {schema}.job_deps e
+                                      WHERE e.child_id = i.id)) AS d(parent_id) ON true
+)
+SELECT 'edge' AS kind, e.child_id, e.workflow_id, e.parent_id,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+  FROM edges e
+UNION ALL
+SELECT 'parent', NULL, NULL, NULL, {fragment_summary_columns}
+  FROM (SELECT DISTINCT e.parent_id FROM edges e WHERE e.parent_id IS NOT NULL) p
+ CROSS JOIN LATERAL (SELECT * FROM {schema}.jobs_all a WHERE a.id = p.parent_id LIMIT 1) j
 
 
 -- name: job_nodes_prune
 -- Retention of the graph (job_prune), first step: the node rows of jobs that no longer
 -- exist, outside a workflow or in a workflow created before the cut-off none of whose jobs
--- exists any more, and those workflows' records; at most "limit" node rows a call.
+-- exists any more, and those workflows' records; at most "limit" node rows a call. Every
+-- node row is a candidate (job_nodes is read whole), but each job, and each workflow
+-- record, is looked up by id (LATERAL ... LIMIT 1, see job_links): a NOT EXISTS over
+-- jobs_all was planned as an anti-join over a scan of every job, the history included.
 WITH gone_nodes AS (
     DELETE FROM {schema}.job_nodes n
      WHERE n.job_id IN (
-            SELECT m.job_id FROM {schema}.job_nodes m
-             WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = m.job_id)
+            SELECT m.job_id
+              FROM {schema}.job_nodes m
+              LEFT JOIN LATERAL (SELECT a.id FROM {schema}.jobs_all a
+                                  WHERE a.id = m.job_id LIMIT 1) a ON true
+              LEFT JOIN LATERAL (SELECT w.created_at FROM {schema}.workflows w
+                                  WHERE w.id = m.workflow_id LIMIT 1) w ON true
+             WHERE a.id IS NULL
                AND (m.workflow_id IS NULL OR (
-                    EXISTS (SELECT 1 FROM {schema}.workflows w
-                             WHERE w.id = m.workflow_id AND w.created_at < coalesce(%(before)s::timestamptz,
-                                 now() - make_interval(secs => %(age)s::float8)))
-                    AND NOT EXISTS (SELECT 1 FROM {schema}.job_nodes o
-                                      JOIN {schema}.jobs_all a ON a.id = o.job_id
-                                     WHERE o.workflow_id = m.workflow_id)))
+                    w.created_at < coalesce(%(before)s::timestamptz,
+                                            now() - make_interval(secs => %(age)s::float8))
+                    AND NOT EXISTS (
+                        SELECT 1
+                          FROM {schema}.job_nodes o
+                         CROSS JOIN LATERAL (SELECT l.id FROM {schema}.jobs_all l
+                                              WHERE l.id = o.job_id LIMIT 1) l
+                         WHERE o.workflow_id = m.workflow_id)))
              LIMIT %(limit)s::bigint)
     RETURNING n.workflow_id
 ),
@@ -208,13 +267,18 @@ SELECT (SELECT count(*) FROM gone_nodes) + (SELECT count(*) FROM gone_workflows)
 
 -- name: job_deps_prune
 -- Then the edges whose two jobs no longer exist and whose child has no node row left (the
--- step above removed it, so no workflow reads the edge); at most "limit" a call.
+-- step above removed it, so no workflow reads the edge); at most "limit" a call. Each job
+-- looked up by id, as above.
 DELETE FROM {schema}.job_deps d
  WHERE (d.parent_id, d.child_id) IN (
-        SELECT e.parent_id, e.child_id FROM {schema}.job_deps e
-         WHERE NOT EXISTS (SELECT 1 FROM {schema}.job_nodes n WHERE n.job_id = e.child_id)
-           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = e.child_id)
-           AND NOT EXISTS (SELECT 1 FROM {schema}.jobs_all a WHERE a.id = e.parent_id)
+        SELECT e.parent_id, e.child_id
+          FROM {schema}.job_deps e
+          LEFT JOIN LATERAL (SELECT c.id FROM {schema}.jobs_all c
+                              WHERE c.id = e.child_id LIMIT 1) c ON true
+          LEFT JOIN LATERAL (SELECT p.id FROM {schema}.jobs_all p
+                              WHERE p.id = e.parent_id LIMIT 1) p ON true
+         WHERE c.id IS NULL AND p.id IS NULL
+           AND NOT EXISTS (SELECT 1 FROM {schema}.job_nodes n WHERE n.job_id = e.child_id)
          LIMIT %(limit)s::bigint)
 
 

@@ -764,6 +764,25 @@ def test_job_links_list_existing_parents_and_children(store: JobStore) -> None:
     assert status(store, dropped) is JobStatus.WAITING  # "cancel" only for its own parent
 
 
+def test_the_parents_of_many_jobs_are_read_at_once(store: JobStore) -> None:
+    first = add(store, "p")
+    second = add(store, "p")
+    kid = child(store, "c", first, second)
+    only = child(store, "c", second)
+    plain = add(store, "plain")
+    created = store.workflow_create(workflow((job("root"), ())))
+    (root,) = created.job_ids
+    found = store.job_parents_many([kid, only, plain, root, "987654321", "not an id"])
+    assert sorted(found) == sorted([kid, only, root])  # no parents, no workflow: absent
+    assert [p.id for p in found[kid].parents] == [first, second]
+    assert [p.id for p in found[only].parents] == [second]
+    assert {p.status for p in found[kid].parents} == {JobStatus.PENDING}
+    assert (found[kid].workflow_id, found[root].workflow_id) == (None, created.id)
+    assert found[root].parents == ()
+    assert all(links.children == () for links in found.values())
+    assert store.job_parents_many([]) == {}
+
+
 def test_a_workflow_is_pruned_with_its_last_job(store: JobStore) -> None:
     created = store.workflow_create(workflow((job("a"), ()), (job("b"), (0,))))
     succeed(store, "a")

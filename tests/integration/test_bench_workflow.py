@@ -51,7 +51,8 @@ def test_probe_measures_a_fan_in_from_the_last_parent_to_finish() -> None:
     assert edges["fan_in"] == pytest.approx([0.01])
 
 
-@pytest.mark.parametrize("key", ["workflow", "plain", "plain-drain"])
+@pytest.mark.parametrize("key", ["workflow", "workflow-no-read", "workflow-each",
+                                 "workflow-history", "plain", "plain-drain"])
 def test_golemq_workflow_variants_run_every_job(pg_dsn: str, key: str) -> None:
     system = system_named("golemq-pg")
     variant = next(v for v in system.variants("workflow", quick=True) if v.key == key)
@@ -60,12 +61,15 @@ def test_golemq_workflow_variants_run_every_job(pg_dsn: str, key: str) -> None:
 
     assert figures["jobs"] == SIZES.workflows * JOBS_PER_WORKFLOW
     assert figures["seconds"] > 0
-    if key == "workflow":
-        # parent -> child latencies (every child after its parents) and the idle pickup of
-        # the same worker
+    if key.startswith("workflow"):
+        # parent -> child latencies (every child after its parents; the handlers that read
+        # job.parents found 1 or 10), and the idle pickup of the same worker once a run
         assert 0 < figures["p50_ms"] <= figures["p99_ms"]
         assert figures["fan_in_p50_ms"] > 0
-        assert 0 < figures["idle_p50_ms"] <= figures["idle_p99_ms"]
+        if key == "workflow":
+            assert 0 < figures["idle_p50_ms"] <= figures["idle_p99_ms"]
+        else:
+            assert "idle_p50_ms" not in figures
     else:
         # no dependencies: no parent -> child figure
         assert "p50_ms" not in figures
@@ -129,3 +133,26 @@ def test_workflow_targets_compare_with_the_plain_jobs_chancy_and_idle_pickup() -
     # against Chancy's best configuration (30 s): 2.5x, short of 3x
     assert (faster.ratio, faster.ok) == (pytest.approx(2.5), False)
     assert (latency.ratio, latency.ok) == (pytest.approx(2.5), False)
+
+
+def test_workflow_speed_targets_compare_add_workflow_each_and_a_big_history() -> None:
+    from benchmarks import report  # noqa: PLC0415
+
+    scenario = scenario_named("workflow")
+    golemq = system_named("golemq-pg")
+    variants = {v.key: v for v in golemq.variants("workflow", quick=False)}
+    jobs = 24_000.0  # each run's figures: jobs / seconds
+
+    def timed(key: str, seconds: float) -> Outcome:
+        return Outcome(scenario, golemq, variants[key],
+                       runs=[{"jobs_per_s": jobs / seconds, "seconds": seconds}])
+
+    outcomes = [timed("workflow", 10.0), timed("workflow-each", 14.0),
+                timed("workflow-history", 12.5), timed("plain-drain", 4.0)]
+
+    found = [t for t in report.targets(outcomes) if t.source == report.WORKFLOW_SPEED_SOURCE]
+
+    each = next(t for t in found if "add_workflow call each" in t.text)
+    history = next(t for t in found if "1M finished rows" in t.text)
+    assert (each.ratio, each.ok) == (pytest.approx(3.5), False)  # 14 s against 4 s
+    assert (history.ratio, history.ok) == (pytest.approx(1.25), False)  # 12.5 s against 10 s

@@ -15,7 +15,9 @@ suite's own: deleting statistics needs a superuser, never taken on the suite's s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import psycopg
@@ -33,7 +35,13 @@ from golemq_pg.store.port import (
     TypeSlots,
 )
 from golemq_pg.store.postgres import PostgresStore
+from golemq_pg.store.postgres._plans import PlanContext
+from golemq_pg.store.postgres._producer import job_get_many
+from golemq_pg.store.postgres._run_sync import run_plan
+from golemq_pg.store.postgres._sql import queries_for
+from tests.plugins.plans import GraphState
 from tests.support.plans import (
+    PartlyRun,
     Plan,
     explained,
     forget_statistics,
@@ -41,6 +49,7 @@ from tests.support.plans import (
     nodes,
     reads_of,
     vacuumed_while_idle,
+    whole_reads,
 )
 from tests.support.schemas import fresh_schema
 from tests.support.server_control import ThrowawayCluster
@@ -264,3 +273,59 @@ def test_the_reaper_reads_expired_leases_by_expiry_whatever_the_statistics(
     # the expired leases are found by expiry; every other read of the statement is by id
     expired = [r for r in reads_of(plans, "jobs") if r["Index Name"] == "jobs_lease_idx"]
     assert [r["Index Cond"] for r in expired] == ["(lease_expires_at < now())"], plans
+
+
+def _wait_look(store: PostgresStore, conn: psycopg.Connection[Any], graph: PartlyRun) -> bool:
+    """What ``queue.wait`` reads (job_get_many) for three jobs, one of them finished."""
+    ctx = PlanContext(queries_for(store.schema), store.schema, ("plans",))
+    ids = [int(graph.fetch), int(graph.extracts[2]), int(graph.index)]
+    return len(run_plan(lambda: contextlib.nullcontext(conn), job_get_many(ctx, ids), False)) == 3
+
+
+def _graph_prune(store: PostgresStore, conn: psycopg.Connection[Any], _graph: PartlyRun) -> bool:
+    """The prune of the graph (job_prune's last two statements; the history's sweep before
+    them reads by finish time, not by id), with nothing old enough to go."""
+    queries = queries_for(store.schema)
+    args = {"before": datetime(2000, 1, 1, tzinfo=UTC), "age": None, "limit": 1000}
+    nodes_gone = conn.execute(queries["job_nodes_prune"], args).fetchall()
+    edges_gone = conn.execute(queries["job_deps_prune"], args).rowcount
+    return nodes_gone == [(0,)] and edges_gone == 0
+
+
+#: Every read of jobs by id or by edge, given a store bound to the explained connection and
+#: the workflow part way through: what it must find.
+READS_BY_ID: dict[str, Callable[[PostgresStore, psycopg.Connection[Any], PartlyRun], bool]] = {
+    # job.parents in a handler, and the job page's links: two parents in the history, one live
+    "job.parents": lambda s, _c, g: len(s.job_links(g.index).parents) == 3,
+    # job.parents of a claim batch's jobs, read at once
+    "parents of a claim": lambda s, _c, g: len(s.job_parents_many(
+        [g.index, g.extracts[2], g.outside, g.fetch])) == 4,
+    "children": lambda s, _c, g: len(s.job_links(g.fetch).children) == 4,
+    "job page": lambda s, _c, g: s.job_get(g.extracts[0]) is not None,
+    "payload": lambda s, _c, g: s.job_payload(g.fetch) is not None,
+    "workflow page": lambda s, _c, g: len(getattr(s.workflow_get(g.workflow), "jobs", ())) == 5,
+    "wait": _wait_look,
+    "an add naming parents": lambda s, _c, g: Queue(s).add(
+        "wf.more", {}, depends_on=[g.fetch, g.extracts[2]]) is not None,
+    # two jobs cancelled the first time, none after (the state is shared by a module)
+    "workflow cancel": lambda s, _c, g: s.workflow_cancel(g.spare) is not None,
+    "graph prune": _graph_prune,
+}
+#: The tables a read may walk whole: the graph prune looks for node rows and edges of jobs
+#: gone, every one of them a candidate (each job probed by id).
+WHOLE_READS_ALLOWED = {"graph prune": frozenset({"job_nodes", "job_deps"})}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", list(READS_BY_ID))
+def test_a_read_by_id_or_edge_descends_indexes_in_every_statistics_state(
+    graph_state: GraphState, name: str, mode: str
+) -> None:
+    with psycopg.connect(graph_state.dsn, autocommit=True) as conn, \
+            explained(conn, mode) as plans:
+        found = READS_BY_ID[name](graph_state.store.with_connection(conn), conn,
+                                 graph_state.graph)
+    assert found, name
+    assert plans, name
+    whole = whole_reads(plans, WHOLE_READS_ALLOWED.get(name, frozenset()))
+    assert [(n["Node Type"], n["Relation Name"], n.get("Index Name")) for n in whole] == []

@@ -25,6 +25,7 @@ from golemq_pg import (
 from golemq_pg.store.port import ClaimRequest, TypeSlots
 from tests.support.async_bridge import LoopThread
 from tests.support.in_process import add_job, fast_worker
+from tests.support.waiting import wait_until
 from tests.support.wire import round_trips
 
 
@@ -325,6 +326,77 @@ def test_transactional_and_async_handlers_see_their_parents(pg_store: PostgresSt
 
     worker.run_until_empty(timeout=30)
     assert seen == {"tx": (42, None), "async": (42, None)}
+
+
+def test_handlers_of_one_claim_read_their_parents_in_one_statement(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue(pg_store)
+    parent = add_job(queue, "one.parent", {})
+    assert queue.add_many("one.child", [{"n": n} for n in range(20)], depends_on=[parent]) == 20
+    plain = add_job(queue, "one.plain", {})
+    reads: list[list[str]] = []
+    read_many = pg_store.job_parents_many
+
+    def counted(job_ids: Any) -> Any:
+        reads.append(list(job_ids))
+        return read_many(job_ids)
+
+    monkeypatch.setattr(pg_store, "job_parents_many", counted)
+    seen: dict[str, Any] = {}
+    worker = fast_worker(pg_store)
+    worker.handler("one.parent")(lambda job: {"doc": 7})
+
+    @worker.handler("one.child", concurrency=20)
+    def kid(job: JobEvent[Any]) -> None:
+        seen[job.id] = (job.parents[parent].result, job.workflow_id)
+
+    @worker.handler("one.plain")
+    def alone(job: JobEvent[Any]) -> None:
+        seen[job.id] = dict(job.parents)
+
+    worker.run_until_empty(timeout=30)
+    assert len(seen) == 21
+    assert seen.pop(plain) == {}
+    assert all(value == ({"doc": 7}, None) for value in seen.values())
+    # a read per claim, not per job: the children, released together, are claimed together
+    # (a claim may split them in two on a loaded machine), the plain job's claim is one more
+    children = [r for r in reads if set(r) & set(seen)]
+    assert 1 <= len(children) <= 2, reads
+    assert sorted(j for r in children for j in r if j in seen) == sorted(seen)
+    assert len(reads) <= 3, reads
+
+
+def test_claims_of_a_type_found_with_parents_have_them_read_ahead(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue(pg_store)
+    readers: list[str] = []
+    read_many = pg_store.job_parents_many
+
+    def counted(job_ids: Any) -> Any:
+        readers.append(threading.current_thread().name)
+        return read_many(job_ids)
+
+    monkeypatch.setattr(pg_store, "job_parents_many", counted)
+    worker = fast_worker(pg_store)
+    worker.handler("ahead.parent")(lambda job: 1)
+    results: list[int] = []
+    # one slot: a claim's jobs wait in the buffer while the handler runs the previous one
+    worker.handler("ahead.child", concurrency=1)(
+        lambda job: results.append(job.parents[next(iter(job.parents))].result))
+    worker.start()
+    try:
+        for wave in (1, 2):  # the first teaches the worker that ahead.child has parents
+            parent = add_job(queue, "ahead.parent", {})
+            queue.add_many("ahead.child", [{"n": n} for n in range(20)], depends_on=[parent])
+            assert wait_until(lambda wave=wave: len(results) == 20 * wave, timeout=30)
+    finally:
+        worker.stop()
+    assert results == [1] * 40
+    assert not readers[0].startswith("golemq-parents"), readers  # a handler's own read
+    # then read ahead (a handler may still win the race to a claim's first read)
+    assert any(name.startswith("golemq-parents") for name in readers), readers
 
 
 def test_async_queue_adds_and_reads_workflows(

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import psycopg
 from psycopg import sql
 
-from golemq_pg import Queue
+from golemq_pg import Queue, Workflow
 from golemq_pg.store.port import ClaimedJob, ClaimRequest, TypeSlots
 from golemq_pg.store.postgres import PostgresStore
 
@@ -131,3 +131,94 @@ def _add_work(store: PostgresStore, conn: psycopg.Connection[Any], n: int,
         "INSERT INTO {} (type, payload, scope_type, scope_id)"
         " SELECT 'work', '{{}}', 's', 'r' || g FROM generate_series(1, %s) AS g"
     ).format(sql.Identifier(store.schema, "jobs")), [n])
+
+
+class PartlyRun(NamedTuple):
+    """A workflow ``fetch -> 3 x extract -> index`` part way through (:func:`workflow_partly_run`),
+    and a job added with ``depends_on`` outside it."""
+
+    workflow: str
+    fetch: str
+    extracts: list[str]
+    index: str
+    #: A job outside the workflow waiting for the fetch (queue.add(..., depends_on=)).
+    outside: str
+    #: A workflow of two jobs without edges, not started, for a cancel (a second cancel
+    #: finds nothing; no child is settled: 0016's trigger is read by other tests).
+    spare: str
+
+
+def workflow_partly_run(store: PostgresStore, backlog: int = 0) -> PartlyRun:
+    """Add the workflow of :class:`PartlyRun` and run it part way with owner "w": the fetch
+    and two extracts succeeded (their rows in the history), the third extract running, the
+    index waiting for it. ``backlog``: pending jobs of another type added first."""
+    queue = Queue(store)
+    if backlog:
+        queue.add_many("other", [{"n": n} for n in range(backlog)])
+    wf = Workflow("partly run")
+    fetch = wf.add("wf.fetch", {})
+    extracts = [wf.add("wf.extract", {"n": n}, after=[fetch]) for n in range(3)]
+    index = wf.add("wf.index", {}, after=extracts)
+    run = queue.add_workflow(wf)
+    outside = queue.add("wf.outside", {}, depends_on=[run.job_ids[fetch]])
+    assert outside is not None
+    spare = Workflow("spare")
+    spare.add("wf.a", {})
+    spare.add("wf.b", {})
+    for kind, finished in (("wf.fetch", 1), ("wf.extract", 2)):
+        claimed = store.job_claim(ClaimRequest(
+            owner="w", types=[TypeSlots(type=kind, limit=finished + 1, lease_seconds=300)]))
+        claimed.sort(key=lambda job: int(job.id))
+        assert store.job_complete_many("w", claimed[:finished])
+    return PartlyRun(workflow=run.id, fetch=run.job_ids[fetch],
+                     extracts=[run.job_ids[e] for e in extracts], index=run.job_ids[index],
+                     outside=outside, spare=queue.add_workflow(spare).id)
+
+
+def add_history(store: PostgresStore, dsn: str, rows: int) -> None:
+    """``rows`` succeeded jobs written straight into the history (migration 0008), as their
+    completions would have left them, then ``VACUUM ANALYZE`` of the tables with them."""
+    history = sql.Identifier(store.schema, "jobs_history")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(
+            "INSERT INTO {} (id, type, payload, status, priority, run_at, attempts,"
+            " max_attempts, lease_token, finished_at, created_at, updated_at)"
+            " SELECT nextval(pg_get_serial_sequence(%s, 'id')), 'work', '{{}}', 'succeeded', 0,"
+            " now(), 1, 3, 1, now(), now(), now() FROM generate_series(1, %s)"
+        ).format(history), [f'"{store.schema}".jobs', rows])
+        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(history))
+
+
+#: The tables a read by id or by edge may only descend into (an index condition), never
+#: read whole: the live jobs, the history's partitions, the edges, the nodes, the records.
+GRAPH_TABLES = ("jobs", "jobs_history", "job_deps", "job_nodes", "workflows")
+
+
+def whole_reads(plans: list[Plan], exempt: frozenset[str] = frozenset()) -> list[Plan]:
+    """The scans in ``plans`` (that ran) of a :data:`GRAPH_TABLES` table, or of one of the
+    history's partitions, that are not an index descent with an index condition: index
+    scans without a condition (a whole index read in order), and sequential scans that read
+    a row (one of an empty relation, such as a day partition not reached yet, reads
+    nothing: the planner rightly picks it while the relation is empty). ``exempt``: tables a
+    statement may read whole (the prune walks every node row by design)."""
+    found = []
+    for plan in plans:
+        for node in nodes(plan):
+            relation = node.get("Relation Name")
+            if (relation is None or not node["Node Type"].endswith("Scan")
+                    or node.get("Actual Loops", 1) == 0):
+                continue
+            table = "jobs_history" if relation.startswith("jobs_history") else relation
+            if table not in GRAPH_TABLES or table in exempt or _descends(node):
+                continue
+            found.append(node)
+    return found
+
+
+def _descends(scan: Plan) -> bool:
+    if scan["Node Type"] == "Seq Scan":
+        return scan.get("Actual Rows", 0) == 0 and scan.get("Rows Removed by Filter", 0) == 0
+    if scan["Node Type"] == "Bitmap Heap Scan":
+        probes = [n for n in nodes(scan) if n["Node Type"] == "Bitmap Index Scan"]
+        return bool(probes) and all("Index Cond" in p for p in probes)
+    return scan["Node Type"] in ("Index Scan", "Index Only Scan") and "Index Cond" in scan

@@ -39,6 +39,22 @@ NewRow = Callable[
 ]
 
 
+def _check_workflow(params: WorkflowParams, number: int | None) -> None:
+    """``ValueError`` for a workflow without jobs or with an ``after`` that names no earlier
+    job (``number``: its position in a list, None for a single one), as the PostgreSQL
+    stores check it."""
+    where = "the workflow" if number is None else f"workflow {number}"
+    if not params.jobs:
+        raise ValueError(f"{where} has no jobs")
+    for index, job in enumerate(params.jobs):
+        for earlier in job.after:
+            if not 0 <= earlier < index:
+                raise ValueError(
+                    f"{'workflow' if number is None else where} job {index}: after index "
+                    f"{earlier} must name an earlier job of the workflow"
+                )
+
+
 @dataclass(slots=True)
 class Journal:
     """What a workflow wrote so far, to take it back when a later job of it fails."""
@@ -245,29 +261,41 @@ class WorkflowVerbs:
         self, params: WorkflowParams, *, connection: Any = None
     ) -> WorkflowCreated:
         """A workflow record and every job of it, all or nothing (see the port)."""
+        return self._create_workflows([params], connection, single=True)[0]
+
+    def workflow_create_many(
+        self, params: Sequence[WorkflowParams], *, connection: Any = None
+    ) -> list[WorkflowCreated]:
+        """Workflows and every job of them, in order, all or nothing (see the port)."""
+        return self._create_workflows(params, connection, single=False)
+
+    def _create_workflows(
+        self, params: Sequence[WorkflowParams], connection: Any, *, single: bool
+    ) -> list[WorkflowCreated]:
         _refuse_connection(connection)
         with self._lock:
             now = self._read_clock()
-            for index, job in enumerate(params.jobs):
-                for earlier in job.after:
-                    if not 0 <= earlier < index:
-                        raise ValueError(
-                            f"workflow job {index}: after index {earlier} must name an earlier "
-                            "job of the workflow"
-                        )
-            external = [p for job in params.jobs for p in job.job.depends_on]
+            for number, one in enumerate(params):
+                _check_workflow(one, None if single else number)
+            external = [p for one in params for job in one.jobs for p in job.job.depends_on]
             self._parent_ids(external)
             journal = Journal()
             effects = Effects()
-            record = self._graph.new_workflow(params.name, now)
+            records: list[int] = []
+            created: list[WorkflowCreated] = []
             try:
-                ids = self._add_nodes(params, record.id, now, journal, effects)
+                for one in params:
+                    record = self._graph.new_workflow(one.name, now)
+                    records.append(record.id)
+                    ids = self._add_nodes(one, record.id, now, journal, effects)
+                    created.append(WorkflowCreated(id=str(record.id), job_ids=tuple(ids)))
             except BaseException:
                 journal.undo(self._jobs, self._graph)
-                del self._graph.workflows[record.id]
+                for record_id in records:
+                    del self._graph.workflows[record_id]
                 raise
             self._announce(effects)
-            return WorkflowCreated(id=str(record.id), job_ids=tuple(ids))
+            return created
 
     def _add_nodes(
         self, params: WorkflowParams, workflow: int, now: datetime, journal: Journal,
@@ -315,6 +343,17 @@ class WorkflowVerbs:
         """The job's workflow, parents and children; ``JobLinks()`` when it has none."""
         with self._lock:
             return self._graph.links(self._jobs, _number(job_id))
+
+    def job_parents_many(self, job_ids: Sequence[str]) -> dict[str, JobLinks]:
+        """The workflow and parents of each job that has any (see the port)."""
+        found: dict[str, JobLinks] = {}
+        with self._lock:
+            for job_id in job_ids:
+                number = _number(job_id)
+                if number in self._graph.nodes:
+                    links = self._graph.links(self._jobs, number)
+                    found[job_id] = JobLinks(workflow_id=links.workflow_id, parents=links.parents)
+        return found
 
 
 def _number(text: object) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
@@ -277,6 +277,17 @@ class AsyncPostgresStore(Bindable[AsyncShared, psycopg.AsyncConnection[Any]]):
         the caller's); see the port."""
         store = self if connection is None else self._bind(connection)
         return await store._run(workflows.workflow_create(self._shared.ctx, params))
+
+    async def workflow_create_many(
+        self,
+        params: Sequence[WorkflowParams],
+        *,
+        connection: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[WorkflowCreated]:
+        """Workflows and their jobs in one transaction (with ``connection``: inside the
+        caller's), unkeyed ones in one statement; see the port."""
+        store = self if connection is None else self._bind(connection)
+        return await store._run(workflows.workflow_create_many(self._shared.ctx, params))
 
     workflow_get = async_verb(workflows.workflow_get)
     workflow_cancel = async_verb(workflows.workflow_cancel)

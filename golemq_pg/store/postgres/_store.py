@@ -229,9 +229,18 @@ class PostgresStore(
         store = self if connection is None else self.with_connection(connection)
         return store._run(workflows.workflow_create(self._shared.ctx, params))
 
+    def workflow_create_many(
+        self, params: Sequence[WorkflowParams], *, connection: Any = None
+    ) -> list[WorkflowCreated]:
+        """Workflows and their jobs in one transaction, unkeyed ones in one statement
+        (see the port)."""
+        store = self if connection is None else self.with_connection(connection)
+        return store._run(workflows.workflow_create_many(self._shared.ctx, params))
+
     workflow_get = sync_verb(workflows.workflow_get)
     workflow_cancel = sync_verb(workflows.workflow_cancel)
     job_links = sync_verb(workflows.job_links)
+    job_parents_many = sync_verb(workflows.job_parents_many)
 
     # -- consumer ----------------------------------------------------------------------------------
     def job_claim(self, request: ClaimRequest) -> list[ClaimedJob]:

@@ -6,8 +6,9 @@ since 0020) does it in the transaction that finishes a parent, whichever verb fi
 
 A job with parents is inserted WAITING and linked by ``link_jobs()`` (0016), which marks and
 locks its live parents, records the edges and judges it at once, in the add's transaction.
-Unkeyed jobs (a workflow's, or one add's) are written by one call of ``insert_job_graph()``
-(0019): one round trip whatever their number; keyed ones keep a statement or more each.
+Unkeyed jobs (a workflow's, many workflows', or one add's) are written by one call of
+``insert_job_graphs()`` (0021): one round trip whatever their number; keyed ones keep a
+statement or more each.
 Marking a parent is a row write: an add whose parent is running under a transactional
 handler (its claim transaction holds the row) waits for that transaction to end, up to the
 session's ``lock_timeout``.
@@ -74,7 +75,7 @@ def job_enqueue_linked(ctx: PlanContext, params: EnqueueParams) -> Plan[EnqueueR
     parents = _parent_ids(params.depends_on)
     yield from _check_parents(ctx, parents)
     if params.dedupe_key is None:
-        _, (job_id,) = yield from _insert_graph(ctx, None, [(params, ())])
+        _, ((job_id,),) = yield from _insert_graphs(ctx, [(None, [(params, ())])])
         return EnqueueResult(id=str(job_id), inserted=True)
     result: EnqueueResult = yield Atomic(_insert_linked(ctx, params, parents, None))
     return result
@@ -111,46 +112,65 @@ def _insert_linked(
     return EnqueueResult(id=str(job_id), inserted=True)
 
 
-def _insert_graph(
-    ctx: PlanContext, name: str | None, jobs: Sequence[tuple[EnqueueParams, Sequence[int]]]
-) -> Plan[tuple[int | None, list[int]]]:
-    """Unkeyed jobs (each with the indexes of the earlier ones it waits for), their links
-    and verdicts, and the workflow record when ``name`` is given: one statement
-    (``insert_job_graph``, 0019), so one round trip whatever the number of jobs. Returns
-    the workflow id (None without a name) and the job ids in order."""
-    columns: dict[str, list[Any]] = {
-        key: [] for key in ("types", "payloads", "scope_types", "scope_ids", "run_ats",
-                            "delays", "max_attempts", "priorities", "trace_contexts",
-                            "policies", "edge_parents", "edge_children", "outside_parents",
-                            "outside_children")
-    }
+#: One group of :func:`_insert_graphs`: the workflow's name (None: no workflow) and its
+#: jobs, each with the indexes of the earlier jobs of the group it waits for.
+Group = tuple[str | None, Sequence[tuple[EnqueueParams, Sequence[int]]]]
+
+_COLUMNS = ("groups", "types", "payloads", "scope_types", "scope_ids", "run_ats", "delays",
+            "max_attempts", "priorities", "trace_contexts", "policies", "edge_parents",
+            "edge_children", "outside_parents", "outside_children")
+
+
+def _insert_graphs(
+    ctx: PlanContext, groups: Sequence[Group]
+) -> Plan[tuple[list[int | None], list[list[int]]]]:
+    """Unkeyed jobs in groups, their links and verdicts, and a workflow record per named
+    group: one statement (``insert_job_graphs``, 0021), so one round trip whatever the
+    number of jobs and of groups. Returns the workflow id of each group (None without a
+    name) and each group's job ids in order."""
+    columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
     tags: list[list[str] | None] = []
-    for index, (job, after) in enumerate(jobs):
-        scope = job.scope
-        columns["types"].append(job.type)
-        columns["payloads"].append(job.payload.decode("utf-8"))
-        columns["scope_types"].append(None if scope is None else scope[0])
-        columns["scope_ids"].append(None if scope is None else scope[1])
-        columns["run_ats"].append(job.run_at)
-        columns["delays"].append(float(job.delay))
-        columns["max_attempts"].append(job.max_attempts)
-        columns["priorities"].append(job.priority)
-        columns["trace_contexts"].append(rows.trace_text(job.trace_context))
-        columns["policies"].append(job.on_parent_failure)
-        tags.append(None if job.tags is None else list(job.tags))
-        for parent in dict.fromkeys(after):
-            columns["edge_parents"].append(parent)
-            columns["edge_children"].append(index)
-        for outside in dict.fromkeys(_parent_ids(job.depends_on)):
-            columns["outside_parents"].append(outside)
-            columns["outside_children"].append(index)
-    args: dict[str, Any] = {"name": name, "tags": rows.json_value(tags), **columns}
+    offset = 0
+    for number, (_, jobs) in enumerate(groups):
+        for index, (job, after) in enumerate(jobs):
+            _add_columns(columns, job, number)
+            tags.append(None if job.tags is None else list(job.tags))
+            for parent in dict.fromkeys(after):
+                columns["edge_parents"].append(offset + parent)
+                columns["edge_children"].append(offset + index)
+            for outside in dict.fromkeys(_parent_ids(job.depends_on)):
+                columns["outside_parents"].append(outside)
+                columns["outside_children"].append(offset + index)
+        offset += len(jobs)
+    args: dict[str, Any] = {"names": [name for name, _ in groups],
+                            "tags": rows.json_value(tags), **columns}
     try:
-        found = yield Rows(ctx.queries["job_graph_insert"], args)
+        found = yield Rows(ctx.queries["job_graphs_insert"], args)
     except pg_errors.ForeignKeyViolation as exc:  # an outside parent pruned since the check
         raise ValueError(str(exc.diag.message_primary or "depends_on: unknown job")) from None
-    workflow, job_ids = found[0]
-    return workflow, [int(i) for i in job_ids]
+    workflows, job_ids = found[0]
+    ids = [int(i) for i in job_ids]
+    split: list[list[int]] = []
+    offset = 0
+    for _, jobs in groups:
+        split.append(ids[offset:offset + len(jobs)])
+        offset += len(jobs)
+    return [None if w is None else int(w) for w in workflows], split
+
+
+def _add_columns(columns: dict[str, list[Any]], job: EnqueueParams, group: int) -> None:
+    scope = job.scope
+    columns["groups"].append(group)
+    columns["types"].append(job.type)
+    columns["payloads"].append(job.payload.decode("utf-8"))
+    columns["scope_types"].append(None if scope is None else scope[0])
+    columns["scope_ids"].append(None if scope is None else scope[1])
+    columns["run_ats"].append(job.run_at)
+    columns["delays"].append(float(job.delay))
+    columns["max_attempts"].append(job.max_attempts)
+    columns["priorities"].append(job.priority)
+    columns["trace_contexts"].append(rows.trace_text(job.trace_context))
+    columns["policies"].append(job.on_parent_failure)
 
 
 def _link(
@@ -197,33 +217,58 @@ def _insert_many(
     return len(ids)
 
 
+def _check_workflow(params: WorkflowParams, number: int | None) -> list[int]:
+    """``ValueError`` for a workflow without jobs or with an ``after`` that names no
+    earlier job (``number``: its position in a list, None for a single one); returns the
+    ids of the outside jobs it waits for."""
+    if not params.jobs:
+        raise ValueError("the workflow has no jobs" if number is None
+                         else f"workflow {number} has no jobs")
+    external: list[int] = []
+    for index, job in enumerate(params.jobs):
+        if any(not 0 <= a < index for a in job.after):
+            where = "workflow" if number is None else f"workflow {number}"
+            raise ValueError(f"{where} job {index}: after must name earlier jobs")
+        external += _parent_ids(job.job.depends_on)
+    return external
+
+
 def workflow_create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
     """A workflow and its jobs, in one transaction (see the port). In a caller's open
     transaction the writes are made under a savepoint, so a failure leaves none of them."""
-    jobs = list(params.jobs)
-    if not jobs:
-        raise ValueError("the workflow has no jobs")
+    created: list[WorkflowCreated] = yield from workflow_create_many(
+        ctx, [params], single=True)
+    return created[0]
+
+
+def workflow_create_many(
+    ctx: PlanContext, params: Sequence[WorkflowParams], *, single: bool = False
+) -> Plan[list[WorkflowCreated]]:
+    """Workflows and their jobs, all or nothing, in one transaction (see the port):
+    unkeyed ones in one statement, whatever their number. In a caller's open transaction
+    the writes are made under a savepoint, so a failure leaves none of them. ``single``:
+    one workflow (the errors name "the workflow", not its position)."""
+    if not params:
+        return []
     external: list[int] = []
-    for index, job in enumerate(jobs):
-        if any(not 0 <= a < index for a in job.after):
-            raise ValueError(f"workflow job {index}: after must name earlier jobs")
-        external += _parent_ids(job.job.depends_on)
+    for number, one in enumerate(params):
+        external += _check_workflow(one, None if single else number)
     yield from _check_parents(ctx, sorted(set(external)))
     # Unkeyed jobs: one statement, atomic by itself. Keyed ones: a statement or more per
     # job (the advisory lock of the key, reject or replace) in one transaction.
-    keyed = any(job.job.dedupe_key is not None for job in jobs)
+    keyed = any(job.job.dedupe_key is not None for one in params for job in one.jobs)
     savepoint = bool((yield IN_TRANSACTION)) and not (yield OWNED)
     if not savepoint:
-        created: WorkflowCreated = (
-            (yield Atomic(_create(ctx, params))) if keyed
-            else (yield from _create_graph(ctx, params)))
+        created: list[WorkflowCreated] = (
+            (yield Atomic(_create_each(ctx, params))) if keyed
+            else (yield from _create_graphs(ctx, params)))
         return created
     q = ctx.queries
     yield Count(q["workflow_savepoint"])
     try:
         created = (
-            (yield Atomic(_create(ctx, params))) if keyed
-            else (yield from _create_graph(ctx, params)))
+            (yield Atomic(_create_each(ctx, params))) if keyed
+            else (yield from _create_graphs(ctx, params)))
     except BaseException:
         yield Count(q["workflow_savepoint_rollback"])
         raise
@@ -231,10 +276,22 @@ def workflow_create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCr
     return created
 
 
-def _create_graph(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
-    workflow, ids = yield from _insert_graph(
-        ctx, params.name, [(job.job, job.after) for job in params.jobs])
-    return WorkflowCreated(id=str(workflow), job_ids=tuple(str(i) for i in ids))
+def _create_graphs(
+    ctx: PlanContext, params: Sequence[WorkflowParams]
+) -> Plan[list[WorkflowCreated]]:
+    workflows, ids = yield from _insert_graphs(
+        ctx, [(one.name, [(job.job, job.after) for job in one.jobs]) for one in params])
+    return [WorkflowCreated(id=str(workflow), job_ids=tuple(str(i) for i in job_ids))
+            for workflow, job_ids in zip(workflows, ids, strict=True)]
+
+
+def _create_each(
+    ctx: PlanContext, params: Sequence[WorkflowParams]
+) -> Plan[list[WorkflowCreated]]:
+    created: list[WorkflowCreated] = []
+    for one in params:
+        created.append((yield from _create(ctx, one)))
+    return created
 
 
 def _create(ctx: PlanContext, params: WorkflowParams) -> Plan[WorkflowCreated]:
@@ -322,3 +379,31 @@ def job_links(ctx: PlanContext, job_id: str) -> Plan[JobLinks]:
         parents=parents,
         children=tuple(str(c) for c in children or ()),
     )
+
+
+def job_parents_many(ctx: PlanContext, job_ids: Sequence[str]) -> Plan[dict[str, JobLinks]]:
+    """The workflow and parents of each job that has any (see the port): one statement,
+    each parent read once however many of the jobs share it."""
+    numbers = [n for n in (rows.int_id(i) for i in job_ids) if n is not None]
+    if not numbers:
+        return {}
+    found = yield Rows(ctx.queries["job_parents_many"], {"ids": numbers})
+    summaries = {row[4]: rows.summary(row[4:]) for row in found if row[0] == "parent"}
+    workflows: dict[str, int | None] = {}
+    parents: dict[str, list[JobSummary]] = {}
+    for row in found:
+        if row[0] != "edge":
+            continue
+        job_id = str(row[1])
+        workflows[job_id] = row[2]
+        mine = parents.setdefault(job_id, [])
+        summary = summaries.get(row[3])
+        if summary is not None:  # NULL: no parents; absent: a parent gone
+            mine.append(summary)
+    return {
+        job_id: JobLinks(
+            workflow_id=None if workflow is None else str(workflow),
+            parents=tuple(sorted(parents[job_id], key=lambda p: int(p.id))),
+        )
+        for job_id, workflow in workflows.items()
+    }
