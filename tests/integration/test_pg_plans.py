@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from golemq_pg import Queue, Resource
+from golemq_pg import JobStatus, Queue, Resource, Workflow
 from golemq_pg.store.port import (
     ClaimedJob,
     ClaimRequest,
@@ -328,4 +328,28 @@ def test_a_read_by_id_or_edge_descends_indexes_in_every_statistics_state(
     assert found, name
     assert plans, name
     whole = whole_reads(plans, WHOLE_READS_ALLOWED.get(name, frozenset()))
+    assert [(n["Node Type"], n["Relation Name"], n.get("Index Name")) for n in whole] == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_completion_releases_its_children_by_primary_key_in_every_statistics_state(
+    graph_state: GraphState, mode: str
+) -> None:
+    # The settle path of a parent's completion (0020's walk, release_waiting): each child
+    # probed by id, never a read of every WAITING job (jobs_waiting_idx) or of the history.
+    store, queue = graph_state.store, Queue(graph_state.store)
+    wf = Workflow("release")
+    parent = wf.add("wf.release.parent", {})
+    children = [wf.add("wf.release.child", {}, after=[parent]) for _ in range(3)]
+    run = queue.add_workflow(wf)
+    (claimed,) = store.job_claim(ClaimRequest(owner="w", types=[
+        TypeSlots(type="wf.release.parent", limit=1, lease_seconds=300)]))
+    with psycopg.connect(graph_state.dsn, autocommit=True) as conn, \
+            explained(conn, mode) as plans:
+        written = store.with_connection(conn).job_complete_many("w", [claimed])
+    assert written == {claimed.id}
+    released = [queue.get(run.job_ids[child]) for child in children]
+    assert [job.status if job else None for job in released] == [JobStatus.PENDING] * 3
+    assert plans
+    whole = whole_reads(plans)
     assert [(n["Node Type"], n["Relation Name"], n.get("Index Name")) for n in whole] == []
