@@ -9,13 +9,15 @@
 * :class:`PrometheusObserver` counts every transition a worker (or a Queue) reports:
   ``golemq_jobs_total{type,outcome}``, ``golemq_job_duration_seconds{type,outcome}`` (the
   handler's run time, on the outcome of an attempt) and ``golemq_job_wait_seconds{type}``
-  (from the job's due time to its handler starting).
+  (from the job's due time to its handler starting); and, as an ``on_error`` observer,
+  ``golemq_worker_errors_total{kind}``: the worker's system errors, once per incident (a
+  ``"claim"`` one when the claims are held because outcomes cannot be written).
 * :class:`QueueCollector` reads the queue's state from the store at scrape time, with two
   bounded statements: ``golemq_queue_jobs{type,status}``,
   ``golemq_oldest_due_age_seconds{type}``, ``golemq_workers`` and ``golemq_paused{type}``.
 
-Labels are only ``type``, ``outcome`` and ``status``: never a job id, a scope or a payload,
-so the number of series is bounded by the number of job types.
+Labels are only ``type``, ``outcome``, ``status`` and ``kind``: never a job id, a scope or a
+payload, so the number of series is bounded by the number of job types.
 
 Every family name is distinct in both exposition formats: the Prometheus text format
 (:class:`MetricsServer`, :func:`exposition`, ``generate_latest``) and OpenMetrics
@@ -49,7 +51,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.utils import floatToGoString
 
-from golemq_pg._types import Transition, WorkerSummary
+from golemq_pg._types import Transition, WorkerError, WorkerSummary
 from golemq_pg.store.port import ClaimedJob, JobStore, TypeGauges
 
 log = structlog.get_logger("golemq_pg.metrics")
@@ -124,6 +126,10 @@ class PrometheusObserver:
         """Count ``t`` (a Queue's ``enqueued``, or any caller with a Transition)."""
         self._tally.count(t.type, t.outcome, t.duration, t.wait)
 
+    def on_error(self, e: WorkerError) -> None:
+        """Count a worker's system error (reported once per incident) by its ``kind``."""
+        self._tally.count_error(e.kind)
+
     def collect(self) -> list[Metric]:
         """The three families, read now (what the registry serves)."""
         return families(self._tally.snapshot(), self._tally.bounds)
@@ -183,6 +189,12 @@ class _Tally:
         #: one. Every popleft is atomic: each is counted once, by one thread.
         self._later: deque[tuple[Sequence[ClaimedJob], float]] = deque()
         self.later = self._later.append
+        #: System errors by kind (rare: counted under the lock).
+        self._errors: dict[str, int] = {}
+
+    def count_error(self, kind: str) -> None:
+        with self._lock:
+            self._errors[kind] = self._errors.get(kind, 0) + 1
 
     def count(
         self, job_type: str, outcome: str, duration: float | None, wait: float | None
@@ -283,6 +295,7 @@ class _Tally:
         waits: dict[str, list[Any]] = {}
         with self._lock:
             parts = list(self._parts)
+            errors = sorted(self._errors.items())
         for part in parts:
             for outcome, by_type in part.jobs.copy().items():
                 for job_type, s in by_type.copy().items():
@@ -295,6 +308,7 @@ class _Tally:
             "bounds": list(self.bounds),
             "jobs": [[t, o, *v] for (t, o), v in jobs.items()],
             "waits": [[t, *v] for t, v in waits.items()],
+            "errors": [list(e) for e in errors],
         }
 
 
@@ -310,7 +324,7 @@ class _TallyCollector:
 
     def describe(self) -> list[Metric]:
         """The families without samples: the registry refuses a second registration."""
-        return families({"jobs": [], "waits": []}, self._tally.bounds)
+        return families({"jobs": [], "waits": [], "errors": []}, self._tally.bounds)
 
     def collect(self) -> list[Metric]:
         """The families with the counts now."""
@@ -336,6 +350,7 @@ def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Sum observer snapshots (one per process) into one; their buckets must match."""
     jobs: dict[tuple[str, str], list[Any]] = {}
     waits: dict[str, list[Any]] = {}
+    errors: dict[str, int] = {}
     bounds: list[float] | None = None
     for snap in snapshots:
         if bounds is None:
@@ -347,10 +362,13 @@ def merge(snapshots: Iterable[dict[str, Any]]) -> dict[str, Any]:
                  count, buckets, total)
         for job_type, count, buckets, total in snap["waits"]:
             _add(waits.setdefault(job_type, [0, [0] * len(buckets), 0.0]), count, buckets, total)
+        for kind, count in snap.get("errors", ()):  # absent from an older release's files
+            errors[kind] = errors.get(kind, 0) + count
     return {
         "bounds": bounds or list(BUCKETS),
         "jobs": [[t, o, *v] for (t, o), v in jobs.items()],
         "waits": [[t, *v] for t, v in waits.items()],
+        "errors": [[k, n] for k, n in sorted(errors.items())],
     }
 
 
@@ -361,7 +379,7 @@ def _add(into: list[Any], count: int, buckets: list[int], total: float) -> None:
 
 
 def families(snapshot: dict[str, Any], bounds: Sequence[float]) -> list[Metric]:
-    """The observer's three families from a snapshot (sorted, so scrapes read alike)."""
+    """The observer's four families from a snapshot (sorted, so scrapes read alike)."""
     les = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
     jobs = CounterMetricFamily(
         "golemq_jobs", "Job lifecycle transitions, by job type and outcome.",
@@ -383,7 +401,15 @@ def families(snapshot: dict[str, Any], bounds: Sequence[float]) -> list[Metric]:
             duration.add_metric((job_type, outcome), _cumulative(les, buckets), total)
     for job_type, _count, buckets, total in sorted(snapshot["waits"]):
         wait.add_metric((job_type,), _cumulative(les, buckets), total)
-    return [jobs, duration, wait]
+    errors = CounterMetricFamily(
+        "golemq_worker_errors",
+        "Worker system errors (a claim, a write, a maintenance task...), once per incident, "
+        "by kind.",
+        labels=("kind",),
+    )
+    for kind, count in sorted(snapshot.get("errors", ())):
+        errors.add_metric((kind,), count)
+    return [jobs, duration, wait, errors]
 
 
 def _cumulative(les: list[str], buckets: list[int]) -> list[tuple[str, float]]:

@@ -103,6 +103,7 @@ def test_the_observer_and_the_collector_parse_as_openmetrics(pg_store: PostgresS
         "golemq_jobs": "counter",
         "golemq_job_duration_seconds": "histogram",
         "golemq_job_wait_seconds": "histogram",
+        "golemq_worker_errors": "counter",
         "golemq_queue_jobs": "gauge",
         "golemq_oldest_due_age_seconds": "gauge",
         "golemq_workers": "gauge",

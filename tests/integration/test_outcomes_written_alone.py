@@ -18,8 +18,10 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from golemq_pg import JobEvent, JobStatus, PostgresStore, Queue, Worker
+from golemq_pg.metrics import PrometheusObserver
 from golemq_pg.store.port import LeaseRef, WriteRefused
 from golemq_pg.worker.backoff import describe_error
 from golemq_pg.worker.completer import Completer
@@ -274,7 +276,9 @@ def test_unwritten_outcomes_keep_their_leases_and_hold_the_claims(
     runs: dict[str, int] = {}
     lock = threading.Lock()
     recorder = Recorder()
-    worker = Worker(pg_store, poll_interval=0.1, lease_duration=1.5, observers=[recorder])
+    registry = CollectorRegistry()
+    worker = Worker(pg_store, poll_interval=0.1, lease_duration=1.5,
+                    observers=[recorder, PrometheusObserver(registry)])
 
     @worker.handler("work")
     def work(job: JobEvent[Any]) -> None:
@@ -309,6 +313,10 @@ def test_unwritten_outcomes_keep_their_leases_and_hold_the_claims(
             assert later not in runs
             held_back = recorder.wait_for_error("claim")
             assert held_back[0].error.startswith("claims held: outcomes unwritten for "), held_back
+            # ... and counts it: the metric an alert on a stuck completer reads.
+            errors = registry.get_sample_value("golemq_worker_errors_total", {"kind": "claim"})
+            assert errors is not None
+            assert errors >= 1
             admin.execute(
                 rename.format(s=schema, n="complete_jobs").replace(
                     "complete_jobs(", "complete_jobs_away(", 1).encode()

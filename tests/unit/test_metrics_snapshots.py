@@ -4,10 +4,12 @@ parent of `golemq-pg worker --processes N --metrics-port` serves)."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from golemq_pg import WorkerError
 from golemq_pg.metrics import PrometheusObserver, families, merge
 
 
@@ -73,3 +75,21 @@ def test_threads_counting_at_once_lose_nothing() -> None:
     (job,) = merge([observer.snapshot()])["jobs"]
     assert job[:3] == ["t", "succeeded", 8 * per_thread]
     assert sum(job[3]) == 8 * per_thread
+
+
+def test_worker_errors_are_counted_by_kind_and_merged_across_processes() -> None:
+    registry = CollectorRegistry()
+    observer = PrometheusObserver(registry)
+    at = datetime.now(UTC)
+    for kind in ("claim", "claim", "complete"):
+        observer.on_error(WorkerError(kind=kind, error="E: x", worker_id="w", at=at))
+    snap = observer.snapshot()
+    assert snap["errors"] == [["claim", 2], ["complete", 1]]
+    # an older release's snapshot file has no "errors": it merges as none
+    older = {k: v for k, v in snap.items() if k != "errors"}
+    merged = merge([snap, snap, older])
+    assert merged["errors"] == [["claim", 4], ["complete", 2]]
+    found = {f.name: f for f in families(merged, merged["bounds"])}
+    assert {s.labels["kind"]: s.value for s in found["golemq_worker_errors"].samples
+            if s.name == "golemq_worker_errors_total"} == {"claim": 4, "complete": 2}
+    assert registry.get_sample_value("golemq_worker_errors_total", {"kind": "claim"}) == 2
