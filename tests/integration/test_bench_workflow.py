@@ -13,6 +13,7 @@ import dataclasses
 
 import pytest
 
+from benchmarks import settle
 from benchmarks.runner import Outcome
 from benchmarks.scenarios import QUICK, scenario_named
 from benchmarks.systems import system_named
@@ -22,6 +23,7 @@ from benchmarks.systems.workflow import (
     WorkflowProbe,
     step_type,
 )
+from golemq_pg import PostgresStore
 from tests.support.bench_peers import installed_system
 
 SIZES = dataclasses.replace(QUICK, workflows=4, drain=300, latency_count=10, bulk=500,
@@ -156,3 +158,17 @@ def test_workflow_speed_targets_compare_add_workflow_each_and_a_big_history() ->
     history = next(t for t in found if "1M finished rows" in t.text)
     assert (each.ratio, each.ok) == (pytest.approx(3.5), False)  # 14 s against 4 s
     assert (history.ratio, history.ok) == (pytest.approx(1.25), False)  # 12.5 s against 10 s
+
+
+def test_settle_profile_completes_parents_and_releases_their_children(
+    pg_store: PostgresStore,
+) -> None:
+    # python -m benchmarks.settle at small sizes: each figure is a real completion that
+    # released what it should (no timing asserted).
+    assert settle.plain(pg_store, 10) > 0
+    assert settle.fan_out(pg_store, 5) > 0
+    batches = settle.fan_in(pg_store, 3, 2)
+    assert len(batches) == 2
+    assert all(seconds > 0 for seconds in batches)
+    released = settle._claim(pg_store, "fo.child", 5) + settle._claim(pg_store, "fi.child", 3)
+    assert len(released) == 8  # every child pending (claimable) once its parents finished
